@@ -1,0 +1,26 @@
+# The two commands the README starts with, and a few more.
+export CARGO_TARGET_DIR ?= /var/tmp/quantykube-target
+
+.PHONY: run cluster test deps build lint
+
+deps:
+	./deploy/local/install-deps.sh
+
+build: deps
+	cargo build --bin quantykube
+
+## Starts a one-member cluster like `etcd` with no flags: clients on 127.0.0.1:2379.
+run: build
+	$(CARGO_TARGET_DIR)/debug/quantykube
+
+## Starts three local members (see deploy/local/three-nodes.sh).
+cluster: build
+	./deploy/local/three-nodes.sh
+
+## Runs every test: unit, integration (real processes, etcd-client, etcdctl, etcd 3.4).
+test: deps
+	cargo test --workspace --all-targets -- --test-threads=2
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings

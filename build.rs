@@ -1,0 +1,22 @@
+//! Compiles etcd's API and QuantyKube's raft command envelope into Rust.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // A vendored protoc keeps the build free of a system package.
+    if std::env::var_os("PROTOC").is_none() {
+        // SAFETY: build scripts are single-threaded; nothing reads the environment concurrently.
+        std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?);
+    }
+    tonic_prost_build::configure()
+        .bytes(".")
+        .generate_default_stubs(true)
+        .build_client(true)
+        .compile_protos(
+            &[
+                "proto/etcd/etcdserverpb/rpc.proto",
+                "proto/quantykube/command.proto",
+            ],
+            &["proto/etcd", "proto"],
+        )?;
+    println!("cargo:rerun-if-changed=proto");
+    Ok(())
+}

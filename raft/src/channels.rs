@@ -1,0 +1,253 @@
+//! A pool of gRPC channels to peers, one per (peer, lane), re-dialled after failures.
+//!
+//! This module owns connection reuse and the rule that a channel which failed or timed
+//! out is thrown away, because after a partition heals an HTTP/2 connection can hang
+//! forever (simulated TCP never retransmits; real TCP can take minutes to notice).
+//! It must never retry a request itself: whether a retry is safe is the caller's call.
+//!
+//! Lanes keep different kinds of traffic on different connections, so that a
+//! multi-gigabyte snapshot or a burst of forwarded writes never queues in front of a
+//! heartbeat on the same TCP stream.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+use crate::dialer::{Dialer, DialerError, TcpDialer};
+use crate::pb::peer_client::PeerClient;
+use crate::types::{Member, NodeId};
+
+/// Largest peer message, both ways. AppendEntries carries up to
+/// [`crate::config::MAX_PAYLOAD_ENTRIES`] commands of up to etcd's request limit.
+pub const MAX_PEER_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+
+/// What a connection is used for; each lane to a peer has its own connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// Log replication, votes and leader transfer.
+    Replication,
+    /// The leader's heartbeats and lease probes.
+    Heartbeat,
+    /// Snapshot streaming.
+    Snapshot,
+    /// Forwarded writes and read-index requests.
+    Forward,
+}
+
+/// How peers are dialled.
+#[derive(Clone, Debug)]
+pub struct DialOptions {
+    /// Deadline of one dial, TCP and HTTP/2 handshake included.
+    pub connect_timeout: Duration,
+    /// HTTP/2 PING interval; a connection whose PING goes unanswered is closed.
+    pub keepalive_interval: Duration,
+    /// How long a PING may go unanswered.
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for DialOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(1),
+            keepalive_interval: Duration::from_secs(5),
+            keepalive_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a peer could not be dialled. The request was not sent.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    #[error("member {target} has no peer URL")]
+    NoPeerUrl { target: NodeId },
+    #[error("member {target} has an invalid peer URL {url:?}: {source}")]
+    InvalidUrl {
+        target: NodeId,
+        url: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("dialling member {target} at {url} timed out after {timeout:?}")]
+    Timeout {
+        target: NodeId,
+        url: String,
+        timeout: Duration,
+    },
+    #[error("dialling member {target} at {url} failed: {source}")]
+    Connect {
+        target: NodeId,
+        url: String,
+        #[source]
+        source: DialerError,
+    },
+}
+
+/// A channel from the pool, and the generation to name when reporting it broken.
+#[derive(Clone, Debug)]
+pub(crate) struct PooledChannel {
+    pub(crate) channel: Channel,
+    generation: u64,
+}
+
+impl PooledChannel {
+    pub(crate) fn client(&self) -> PeerClient<Channel> {
+        PeerClient::new(self.channel.clone())
+            .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES)
+    }
+}
+
+struct Cached {
+    url: String,
+    pooled: PooledChannel,
+}
+
+struct Inner {
+    dialer: Arc<dyn Dialer>,
+    options: DialOptions,
+    cache: Mutex<HashMap<(NodeId, Lane), Cached>>,
+    next_generation: AtomicU64,
+}
+
+/// Shared by the raft network and the request forwarder of one node. Cheap to clone.
+#[derive(Clone)]
+pub struct PeerChannels {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PeerChannels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerChannels")
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PeerChannels {
+    pub fn new(dialer: Arc<dyn Dialer>, options: DialOptions) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                dialer,
+                options,
+                cache: Mutex::new(HashMap::new()),
+                next_generation: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// Real TCP with default options.
+    pub fn tcp() -> Self {
+        Self::new(Arc::new(TcpDialer), DialOptions::default())
+    }
+
+    /// Returns the cached channel to `target` on `lane`, dialling one if there is none
+    /// or the member's peer URL changed.
+    pub(crate) async fn get(
+        &self,
+        target: NodeId,
+        member: &Member,
+        lane: Lane,
+    ) -> Result<PooledChannel, DialError> {
+        let url = member
+            .peer_urls
+            .first()
+            .ok_or(DialError::NoPeerUrl { target })?
+            .clone();
+        if let Some(hit) = self.lookup(target, lane, &url) {
+            return Ok(hit);
+        }
+
+        let options = &self.inner.options;
+        let endpoint = Endpoint::from_shared(url.clone())
+            .map_err(|source| DialError::InvalidUrl {
+                target,
+                url: url.clone(),
+                source,
+            })?
+            .connect_timeout(options.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(options.keepalive_interval)
+            .keep_alive_timeout(options.keepalive_timeout)
+            .keep_alive_while_idle(true);
+        // Two callers may dial at once; the later insert wins and the other channel is
+        // dropped with its connection. Rare and harmless, and no lock is held across I/O.
+        let channel =
+            match tokio::time::timeout(options.connect_timeout, self.inner.dialer.dial(endpoint))
+                .await
+            {
+                Err(_) => {
+                    return Err(DialError::Timeout {
+                        target,
+                        url,
+                        timeout: options.connect_timeout,
+                    });
+                }
+                Ok(Err(source)) => {
+                    return Err(DialError::Connect {
+                        target,
+                        url,
+                        source,
+                    })
+                }
+                Ok(Ok(channel)) => channel,
+            };
+        let pooled = PooledChannel {
+            channel,
+            generation: self.inner.next_generation.fetch_add(1, Ordering::Relaxed),
+        };
+        tracing::debug!(target_id = target, ?lane, %url, "dialled peer");
+        self.lock_cache().insert(
+            (target, lane),
+            Cached {
+                url,
+                pooled: pooled.clone(),
+            },
+        );
+        Ok(pooled)
+    }
+
+    /// Drops the cached channel if it is still `broken`, so that the next request dials
+    /// a fresh connection instead of waiting on a dead one.
+    pub(crate) fn discard(&self, target: NodeId, lane: Lane, broken: &PooledChannel) {
+        let mut cache = self.lock_cache();
+        if cache
+            .get(&(target, lane))
+            .is_some_and(|c| c.pooled.generation == broken.generation)
+        {
+            cache.remove(&(target, lane));
+            tracing::debug!(target_id = target, ?lane, "discarded peer channel");
+        }
+    }
+
+    fn lookup(&self, target: NodeId, lane: Lane, url: &str) -> Option<PooledChannel> {
+        let cache = self.lock_cache();
+        cache
+            .get(&(target, lane))
+            .filter(|c| c.url == url)
+            .map(|c| c.pooled.clone())
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<(NodeId, Lane), Cached>> {
+        // The map holds no invariant a panicking holder could break; keep serving.
+        self.inner
+            .cache
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// True when `status` reports that the connection could not be (re)established, so the
+/// request never left this node.
+pub(crate) fn is_connect_failure(status: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(err) = source {
+        if err.downcast_ref::<tonic::ConnectError>().is_some() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}

@@ -1,0 +1,34 @@
+//! `quantykube-raft`: how QuantyKube nodes agree on one log.
+//!
+//! This crate owns the openraft type configuration, the RocksDB raft log, the peer
+//! network (raft RPCs, snapshot streaming, write forwarding and read index) and never
+//! interprets a command: the server crate's state machine does.
+//!
+//! Wiring one node (the server crate does this):
+//! 1. open the node's RocksDB with its own column families plus [`LOG_COLUMN_FAMILIES`],
+//!    and build a [`LogStore`] on it;
+//! 2. build one [`PeerChannels`] (with the production [`TcpDialer`] or a simulated one);
+//! 3. `Raft::new(id, config, PeerNetworkFactory::new(id, channels.clone()), log_store, sm)`
+//!    with the config from [`raft_config`];
+//! 4. serve [`PeerService::into_service`] on the peer listener;
+//! 5. hand a [`RaftClient`] to the API layer for writes and read barriers.
+
+pub mod channels;
+pub mod client;
+pub mod codec;
+pub mod config;
+pub mod dialer;
+pub mod log_store;
+pub mod network;
+pub mod pb;
+pub mod peer_server;
+pub mod types;
+
+pub use channels::{DialError, DialOptions, Lane, PeerChannels, MAX_PEER_MESSAGE_BYTES};
+pub use client::{RaftClient, RaftClientOptions, ReadError, WriteError};
+pub use config::{raft_config, RaftConfigError};
+pub use dialer::{DialFuture, Dialer, DialerError, TcpDialer};
+pub use log_store::{LogStore, LOG_COLUMN_FAMILIES};
+pub use network::{PeerConnection, PeerNetworkFactory};
+pub use peer_server::PeerService;
+pub use types::*;

@@ -1,0 +1,498 @@
+//! The raft log and raft's durable state, in two column families of the node's RocksDB.
+//!
+//! This module owns the `raft_log` column family (entries keyed by big-endian index, so
+//! RocksDB's byte order is log order) and `raft_state` (vote, committed log id, last
+//! purged log id). It must never touch the server's column families, and it must never
+//! acknowledge an append or a vote before the bytes are fsynced: a node that crashes
+//! restarts to a prefix of what it acknowledged.
+//!
+//! RocksDB calls block the calling thread, and openraft calls the log store from its
+//! core task; the synced write in [`LogStore::append`] therefore stalls that task (and its
+//! tokio worker) for one fsync per batch. That is acceptable for now because openraft
+//! batches entries into one append, but it is the first place to look if heartbeats
+//! ever wait behind the disk: the fix is to write unsynced here and fsync the WAL on a
+//! dedicated thread before completing the callback. (Not `spawn_blocking`: the
+//! turmoil simulation cannot step it.)
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use openraft::entry::RaftEntry;
+use openraft::storage::{IOFlushed, RaftLogStorage};
+use openraft::{LogState, OptionalSend, RaftLogReader};
+use rocksdb::{ColumnFamily, Direction, IteratorMode, WriteBatch, WriteOptions, DB};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::codec;
+use crate::types::{Entry, LogId, TypeConfig, Vote};
+
+/// Column family holding log entries, keyed by big-endian index.
+pub const CF_RAFT_LOG: &str = "raft_log";
+/// Column family holding the vote, the committed log id and the last purged log id.
+pub const CF_RAFT_STATE: &str = "raft_state";
+/// The column families [`LogStore`] needs; the server creates them when it opens the DB.
+pub const LOG_COLUMN_FAMILIES: &[&str] = &[CF_RAFT_LOG, CF_RAFT_STATE];
+
+const KEY_VOTE: &[u8] = b"vote";
+const KEY_COMMITTED: &[u8] = b"committed";
+const KEY_LAST_PURGED: &[u8] = b"last_purged";
+
+/// openraft's log storage on a RocksDB shared with the server. Cloning is cheap: clones
+/// share the DB, which is how the log reader handed to replication tasks is made.
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<DB>,
+}
+
+impl Debug for LogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogStore").finish_non_exhaustive()
+    }
+}
+
+impl LogStore {
+    /// Wraps `db`, which must have been opened with [`LOG_COLUMN_FAMILIES`].
+    pub fn new(db: Arc<DB>) -> Result<Self, io::Error> {
+        for name in LOG_COLUMN_FAMILIES {
+            if db.cf_handle(name).is_none() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("RocksDB column family {name:?} is missing; open the DB with LOG_COLUMN_FAMILIES"),
+                ));
+            }
+        }
+        Ok(Self { db })
+    }
+
+    fn cf(&self, name: &'static str) -> Result<&ColumnFamily, io::Error> {
+        // Checked in `new`; a column family cannot be dropped while we hold the DB, but a
+        // missing handle is still an error, not a panic.
+        self.db.cf_handle(name).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("column family {name:?} missing"),
+            )
+        })
+    }
+
+    fn get_state<T: DeserializeOwned>(
+        &self,
+        key: &'static [u8],
+        what: &'static str,
+    ) -> Result<Option<T>, io::Error> {
+        let cf = self.cf(CF_RAFT_STATE)?;
+        match self.db.get_pinned_cf(cf, key).map_err(rocks_err)? {
+            None => Ok(None),
+            Some(bytes) => Ok(Some(codec::decode(what, &bytes)?)),
+        }
+    }
+
+    fn put_state<T: Serialize>(
+        &self,
+        key: &'static [u8],
+        what: &'static str,
+        value: &T,
+        sync: bool,
+    ) -> Result<(), io::Error> {
+        let cf = self.cf(CF_RAFT_STATE)?;
+        let bytes = codec::encode(what, value)?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(cf, key, bytes);
+        self.write(batch, sync)
+    }
+
+    fn write(&self, batch: WriteBatch, sync: bool) -> Result<(), io::Error> {
+        let mut opts = WriteOptions::default();
+        opts.set_sync(sync);
+        self.db.write_opt(batch, &opts).map_err(rocks_err)
+    }
+
+    fn last_entry_log_id(&self) -> Result<Option<LogId>, io::Error> {
+        let cf = self.cf(CF_RAFT_LOG)?;
+        match self.db.iterator_cf(cf, IteratorMode::End).next() {
+            None => Ok(None),
+            Some(item) => {
+                let (key, value) = item.map_err(rocks_err)?;
+                let entry = decode_entry(&key, &value)?;
+                Ok(Some(entry.log_id()))
+            }
+        }
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        let start = match range.start_bound() {
+            Bound::Included(i) => *i,
+            Bound::Excluded(i) => match i.checked_add(1) {
+                Some(i) => i,
+                None => return Ok(Vec::new()),
+            },
+            Bound::Unbounded => 0,
+        };
+        // `None` means no upper bound.
+        let end_exclusive = match range.end_bound() {
+            Bound::Included(i) => i.checked_add(1),
+            Bound::Excluded(i) => Some(*i),
+            Bound::Unbounded => None,
+        };
+        if end_exclusive.is_some_and(|end| end <= start) {
+            return Ok(Vec::new());
+        }
+
+        let cf = self.cf(CF_RAFT_LOG)?;
+        let from = index_key(start);
+        // A RocksDB iterator reads one implicit snapshot, so the result is atomic.
+        let iter = self
+            .db
+            .iterator_cf(cf, IteratorMode::From(&from, Direction::Forward));
+        let mut entries = Vec::with_capacity(
+            end_exclusive
+                .map_or(0, |end| usize::try_from(end - start).unwrap_or(0))
+                .min(1024),
+        );
+        let mut expected: Option<u64> = None;
+        for item in iter {
+            let (key, value) = item.map_err(rocks_err)?;
+            let index = key_index(&key)?;
+            if end_exclusive.is_some_and(|end| index >= end) {
+                break;
+            }
+            // Only the front (purged) and the tail (not yet appended) may be missing; a
+            // gap inside the range means the log is corrupt.
+            if let Some(want) = expected {
+                if index != want {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("raft log has a hole: expected index {want}, found {index}"),
+                    ));
+                }
+            }
+            let entry = decode_entry(&key, &value)?;
+            entries.push(entry);
+            expected = index.checked_add(1);
+        }
+        Ok(entries)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        self.get_state(KEY_VOTE, "vote")
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let last_purged_log_id: Option<LogId> =
+            self.get_state(KEY_LAST_PURGED, "last purged log id")?;
+        let last_log_id = self
+            .last_entry_log_id()?
+            .or(last_purged_log_id);
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        // A vote granted and then forgotten by a crash could elect two leaders in a term.
+        self.put_state(KEY_VOTE, "vote", vote, true)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        // Unsynced on purpose: this is called on every commit advance, and a committed id
+        // that reverts in a crash only means re-learning it from the leader (see
+        // `enable_leader_restore` in config.rs).
+        self.put_state(KEY_COMMITTED, "committed log id", &committed, false)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self
+            .get_state::<Option<LogId>>(KEY_COMMITTED, "committed log id")?
+            .flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let cf = self.cf(CF_RAFT_LOG)?;
+        let mut batch = WriteBatch::default();
+        let mut count = 0usize;
+        for entry in entries {
+            let value = codec::encode("log entry", &entry)?;
+            batch.put_cf(cf, index_key(entry.index()), value);
+            count += 1;
+        }
+        // One synced write per batch: the entries are durable (and readable) before the
+        // callback tells openraft they are flushed.
+        self.write(batch, true)?;
+        tracing::trace!(entries = count, "raft log append synced");
+        callback.io_completed(Ok(()));
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let from = match &last_log_id {
+            Some(log_id) => log_id.index().saturating_add(1),
+            None => 0,
+        };
+        tracing::debug!(from_index = from, "raft log truncate");
+        let cf = self.cf(CF_RAFT_LOG)?;
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(cf, &index_key(from)[..], END_OF_LOG_KEY);
+        // Rare (only on a leader change with conflicting entries), so sync it: no
+        // conflicting entry reappears after a crash even if no append follows.
+        self.write(batch, true)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        tracing::debug!(upto_index = log_id.index(), "raft log purge");
+        let log_cf = self.cf(CF_RAFT_LOG)?;
+        let state_cf = self.cf(CF_RAFT_STATE)?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(
+            state_cf,
+            KEY_LAST_PURGED,
+            codec::encode("last purged log id", &log_id)?,
+        );
+        batch.delete_range_cf(
+            log_cf,
+            index_key(0),
+            index_key(log_id.index().saturating_add(1)),
+        );
+        // Unsynced: purged entries are already in a snapshot; if a crash undoes the purge
+        // (atomically, it is one batch) they are simply purged again.
+        self.write(batch, false)
+    }
+}
+
+/// A key past every 8-byte index key, as the exclusive end of "everything after".
+const END_OF_LOG_KEY: &[u8] = &[0xff; 9];
+
+fn index_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+fn key_index(key: &[u8]) -> Result<u64, io::Error> {
+    let bytes: [u8; 8] = key.try_into().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("raft log key of {} bytes, want 8", key.len()),
+        )
+    })?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, io::Error> {
+    let index = key_index(key)?;
+    let entry: Entry = codec::decode("log entry", value)?;
+    if entry.index() != index {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "raft log entry under key {index} has index {}",
+                entry.index()
+            ),
+        ));
+    }
+    Ok(entry)
+}
+
+fn rocks_err(e: rocksdb::Error) -> io::Error {
+    io::Error::other(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use openraft::testing::log_id;
+    use openraft::type_config::TypeConfigExt;
+    use rocksdb::Options;
+
+    use super::*;
+    use crate::types::Command;
+
+    fn open(dir: &std::path::Path) -> Arc<DB> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        Arc::new(DB::open_cf(&opts, dir, LOG_COLUMN_FAMILIES).unwrap())
+    }
+
+    fn entry(term: u64, index: u64) -> Entry {
+        Entry::new_normal(
+            log_id::<TypeConfig>(term, 1, index),
+            Command(Bytes::from(format!("cmd-{index}"))),
+        )
+    }
+
+    async fn append(store: &mut LogStore, entries: Vec<Entry>) {
+        let (tx, rx) = TypeConfig::oneshot();
+        store.append(entries, IOFlushed::signal(tx)).await.unwrap();
+        rx.await.unwrap().unwrap();
+    }
+
+    fn indexes(entries: &[Entry]) -> Vec<u64> {
+        entries.iter().map(|e| e.index()).collect()
+    }
+
+    #[test]
+    fn new_requires_column_families() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        let db = Arc::new(DB::open(&opts, dir.path()).unwrap());
+        let err = LogStore::new(db).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[tokio::test]
+    async fn append_read_truncate_purge() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LogStore::new(open(dir.path())).unwrap();
+
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, None);
+        assert_eq!(state.last_purged_log_id, None);
+
+        append(&mut store, (1..=10).map(|i| entry(1, i)).collect()).await;
+        let got = store.try_get_log_entries(3..6).await.unwrap();
+        assert_eq!(indexes(&got), vec![3, 4, 5]);
+        assert_eq!(got[0], entry(1, 3));
+        assert_eq!(
+            indexes(&store.try_get_log_entries(8..).await.unwrap()),
+            vec![8, 9, 10]
+        );
+        assert_eq!(
+            indexes(&store.try_get_log_entries(..=2).await.unwrap()),
+            vec![1, 2]
+        );
+        assert!(store.try_get_log_entries(20..30).await.unwrap().is_empty());
+        assert!(store.try_get_log_entries(5..5).await.unwrap().is_empty());
+        assert_eq!(
+            store.get_log_state().await.unwrap().last_log_id,
+            Some(log_id::<TypeConfig>(1, 1, 10))
+        );
+
+        // A new leader overwrites the tail.
+        store
+            .truncate_after(Some(log_id::<TypeConfig>(1, 1, 6)))
+            .await
+            .unwrap();
+        assert_eq!(
+            indexes(&store.try_get_log_entries(..).await.unwrap()),
+            vec![1, 2, 3, 4, 5, 6]
+        );
+        append(&mut store, vec![entry(2, 7), entry(2, 8)]).await;
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(log_id::<TypeConfig>(2, 1, 8)));
+
+        store.purge(log_id::<TypeConfig>(1, 1, 4)).await.unwrap();
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(
+            state.last_purged_log_id,
+            Some(log_id::<TypeConfig>(1, 1, 4))
+        );
+        assert_eq!(state.last_log_id, Some(log_id::<TypeConfig>(2, 1, 8)));
+        assert_eq!(
+            indexes(&store.try_get_log_entries(0..100).await.unwrap()),
+            vec![5, 6, 7, 8]
+        );
+
+        // Purging everything leaves the purged id as the last log id.
+        store.purge(log_id::<TypeConfig>(2, 1, 8)).await.unwrap();
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(log_id::<TypeConfig>(2, 1, 8)));
+        assert!(store.try_get_log_entries(..).await.unwrap().is_empty());
+
+        store.truncate_after(None).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn vote_and_committed_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LogStore::new(open(dir.path())).unwrap();
+        assert_eq!(store.read_vote().await.unwrap(), None);
+        assert_eq!(store.read_committed().await.unwrap(), None);
+
+        let vote = Vote::new(3, 2);
+        store.save_vote(&vote).await.unwrap();
+        assert_eq!(store.read_vote().await.unwrap(), Some(vote));
+        let committed = Vote::new_committed(4, 2);
+        store.save_vote(&committed).await.unwrap();
+        assert_eq!(
+            store.get_log_reader().await.read_vote().await.unwrap(),
+            Some(committed)
+        );
+
+        store
+            .save_committed(Some(log_id::<TypeConfig>(4, 2, 9)))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.read_committed().await.unwrap(),
+            Some(log_id::<TypeConfig>(4, 2, 9))
+        );
+        store.save_committed(None).await.unwrap();
+        assert_eq!(store.read_committed().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn state_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = LogStore::new(open(dir.path())).unwrap();
+            append(&mut store, (1..=5).map(|i| entry(1, i)).collect()).await;
+            store.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
+            store
+                .save_committed(Some(log_id::<TypeConfig>(1, 1, 4)))
+                .await
+                .unwrap();
+            store.purge(log_id::<TypeConfig>(1, 1, 2)).await.unwrap();
+        }
+        let mut store = LogStore::new(open(dir.path())).unwrap();
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(
+            state.last_purged_log_id,
+            Some(log_id::<TypeConfig>(1, 1, 2))
+        );
+        assert_eq!(state.last_log_id, Some(log_id::<TypeConfig>(1, 1, 5)));
+        assert_eq!(
+            store.read_vote().await.unwrap(),
+            Some(Vote::new_committed(1, 1))
+        );
+        assert_eq!(
+            store.read_committed().await.unwrap(),
+            Some(log_id::<TypeConfig>(1, 1, 4))
+        );
+        let got = store.try_get_log_entries(..).await.unwrap();
+        assert_eq!(indexes(&got), vec![3, 4, 5]);
+        assert_eq!(got[2], entry(1, 5));
+    }
+
+    #[tokio::test]
+    async fn hole_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LogStore::new(open(dir.path())).unwrap();
+        append(&mut store, vec![entry(1, 1), entry(1, 2), entry(1, 4)]).await;
+        let err = store.try_get_log_entries(1..5).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+}

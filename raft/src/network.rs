@@ -1,0 +1,452 @@
+//! The sending side of raft's RPCs: openraft's network traits over the peer gRPC API.
+//!
+//! This module owns [`PeerNetworkFactory`] and [`PeerConnection`]: encoding openraft's
+//! messages, streaming snapshot files in chunks, deadlines on every RPC, and mapping
+//! failures onto openraft's error kinds (`Unreachable` makes openraft back off,
+//! `Network` and `Timeout` let it retry at once). It must never retry on its own:
+//! openraft's replication loop decides when to resend.
+//!
+//! Snapshot files are read with blocking `std::fs` calls, one chunk at a time, for the
+//! same reason the log store fsyncs inline: the simulation must be able to step every
+//! I/O (no `spawn_blocking`). One 1 MiB read stalls a worker for well under a
+//! millisecond when the file is in the page cache.
+
+use std::future::Future;
+use std::io::{self, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use openraft::error::{
+    NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RPCTypes, RaftNetworkV2, StorageError};
+use tokio::time::Instant;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use crate::channels::{Lane, PeerChannels, PooledChannel};
+use crate::codec;
+use crate::pb;
+use crate::pb::peer_client::PeerClient;
+use crate::types::{Member, NodeId, Snapshot, SnapshotFile, TypeConfig, Vote};
+
+/// Bytes of snapshot file per InstallSnapshot message.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// Creates one [`PeerConnection`] per target and purpose for openraft.
+#[derive(Clone, Debug)]
+pub struct PeerNetworkFactory {
+    local_id: NodeId,
+    channels: PeerChannels,
+}
+
+impl PeerNetworkFactory {
+    /// `local_id` is this node's id (it appears in timeout errors); `channels` is the
+    /// node's peer channel pool, shared with [`crate::RaftClient`].
+    pub fn new(local_id: NodeId, channels: PeerChannels) -> Self {
+        Self { local_id, channels }
+    }
+
+    fn connection(&self, target: NodeId, member: &Member, lane: Lane) -> PeerConnection {
+        PeerConnection {
+            local_id: self.local_id,
+            target,
+            member: member.clone(),
+            lane,
+            channels: self.channels.clone(),
+        }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
+    type Network = PeerConnection;
+
+    async fn new_client(&mut self, target: NodeId, node: &Member) -> Self::Network {
+        self.connection(target, node, Lane::Replication)
+    }
+
+    async fn new_heartbeat_client(&mut self, target: NodeId, node: &Member) -> Self::Network {
+        self.connection(target, node, Lane::Heartbeat)
+    }
+
+    async fn new_snapshot_client(&mut self, target: NodeId, node: &Member) -> Self::Network {
+        self.connection(target, node, Lane::Snapshot)
+    }
+}
+
+/// Sends raft RPCs to one peer. Dials lazily, through the shared pool.
+#[derive(Clone, Debug)]
+pub struct PeerConnection {
+    local_id: NodeId,
+    target: NodeId,
+    member: Member,
+    lane: Lane,
+    channels: PeerChannels,
+}
+
+/// Why one unary call failed, before it is turned into openraft's error type.
+enum CallError {
+    Timeout(Duration),
+    Unreachable(String),
+    Network(String),
+}
+
+impl PeerConnection {
+    /// Runs one unary call within `option`'s deadline, discarding the channel if the call
+    /// fails so that the next one re-dials.
+    async fn unary<Resp, F, Fut>(&self, option: &RPCOption, call: F) -> Result<Resp, CallError>
+    where
+        F: FnOnce(PeerClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
+    {
+        // openraft may drop the call at hard_ttl; answer with our own timeout before that.
+        let ttl = option.soft_ttl();
+        let deadline = Instant::now() + ttl;
+        let pooled = self.dial(deadline, ttl).await?;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout_at(deadline, call(pooled.client(), remaining)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => {
+                self.channels.discard(self.target, self.lane, &pooled);
+                Err(status_error(&status))
+            }
+            Err(_) => {
+                self.channels.discard(self.target, self.lane, &pooled);
+                Err(CallError::Timeout(ttl))
+            }
+        }
+    }
+
+    async fn dial(&self, deadline: Instant, ttl: Duration) -> Result<PooledChannel, CallError> {
+        match tokio::time::timeout_at(
+            deadline,
+            self.channels.get(self.target, &self.member, self.lane),
+        )
+        .await
+        {
+            Ok(Ok(pooled)) => Ok(pooled),
+            Ok(Err(e)) => Err(CallError::Unreachable(e.to_string())),
+            Err(_) => Err(CallError::Timeout(ttl)),
+        }
+    }
+
+    fn rpc_error(&self, action: RPCTypes, e: CallError) -> RPCError<TypeConfig> {
+        match e {
+            CallError::Timeout(timeout) => {
+                tracing::debug!(target_id = self.target, %action, ?timeout, "peer rpc timed out");
+                RPCError::Timeout(Timeout {
+                    action,
+                    id: self.local_id,
+                    target: self.target,
+                    timeout,
+                })
+            }
+            CallError::Unreachable(msg) => {
+                tracing::debug!(target_id = self.target, %action, error = %msg, "peer unreachable");
+                RPCError::Unreachable(Unreachable::from_string(msg))
+            }
+            CallError::Network(msg) => {
+                tracing::debug!(target_id = self.target, %action, error = %msg, "peer rpc failed");
+                RPCError::Network(NetworkError::from_string(msg))
+            }
+        }
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        action: RPCTypes,
+        what: &'static str,
+        bytes: &[u8],
+    ) -> Result<T, RPCError<TypeConfig>> {
+        codec::decode(what, bytes)
+            .map_err(|e| self.rpc_error(action, CallError::Network(e.to_string())))
+    }
+
+    fn encode<T: serde::Serialize>(
+        &self,
+        action: RPCTypes,
+        what: &'static str,
+        v: &T,
+    ) -> Result<Bytes, RPCError<TypeConfig>> {
+        codec::encode(what, v)
+            .map(Bytes::from)
+            .map_err(|e| self.rpc_error(action, CallError::Network(e.to_string())))
+    }
+
+    async fn vote_rpc(
+        &self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+        pre_vote: bool,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let action = RPCTypes::Vote;
+        let request = self.encode(action, "vote request", &rpc)?;
+        let response = if pre_vote {
+            self.unary(&option, |mut c, t| async move {
+                c.request_pre_vote(with_timeout(pb::RequestPreVoteRequest { request }, t))
+                    .await
+            })
+            .await
+            .map(|r| r.response)
+        } else {
+            self.unary(&option, |mut c, t| async move {
+                c.request_vote(with_timeout(pb::RequestVoteRequest { request }, t))
+                    .await
+            })
+            .await
+            .map(|r| r.response)
+        };
+        let bytes = response.map_err(|e| self.rpc_error(action, e))?;
+        self.decode(action, "vote response", &bytes)
+    }
+
+    async fn send_snapshot(
+        &self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let action = RPCTypes::InstallSnapshot;
+        let idle = option.soft_ttl();
+        let signature = snapshot.meta.signature();
+        let read_error = |e: io::Error| {
+            StorageError::from_io_error(
+                ErrorSubject::Snapshot(Some(signature.clone())),
+                ErrorVerb::Read,
+                e,
+            )
+        };
+
+        let path = &snapshot.snapshot.path;
+        let file = match std::fs::File::open(path) {
+            Ok(file) => file,
+            // The state machine may have replaced its snapshot (and removed this file)
+            // since openraft asked for it; openraft retries with the current one.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StreamingError::Network(NetworkError::from_string(format!(
+                    "snapshot file {} vanished: {e}",
+                    path.display()
+                ))));
+            }
+            Err(e) => return Err(StreamingError::StorageError(read_error(e))),
+        };
+        let size = file
+            .metadata()
+            .map_err(|e| StreamingError::StorageError(read_error(e)))?
+            .len();
+
+        let header = pb::InstallSnapshotRequest {
+            vote: self.encode(action, "vote", &vote)?,
+            meta: self.encode(action, "snapshot meta", &snapshot.meta)?,
+            chunk: Bytes::new(),
+            snapshot_size: size,
+        };
+        let progress = Arc::new(Progress::default());
+        let chunks = ChunkReader {
+            file,
+            remaining: size,
+            progress: progress.clone(),
+        };
+        let requests = futures::stream::iter([header])
+            .chain(futures::stream::unfold(chunks, |mut reader| async move {
+                reader.next_chunk().map(|msg| (msg, reader))
+            }));
+
+        let deadline = Instant::now() + idle;
+        let pooled = self
+            .dial(deadline, idle)
+            .await
+            .map_err(|e| StreamingError::from(self.rpc_error(action, e)))?;
+        let mut client = pooled.client();
+        tracing::info!(target_id = self.target, bytes = size, snapshot = %snapshot.meta, "sending snapshot");
+
+        let outcome = tokio::select! {
+            biased;
+            closed = cancel => {
+                tracing::info!(target_id = self.target, reason = %closed, "snapshot sending cancelled");
+                self.channels.discard(self.target, self.lane, &pooled);
+                return Err(StreamingError::Closed(closed));
+            }
+            () = progress.stalled(idle) => Err(CallError::Timeout(idle)),
+            result = client.install_snapshot(requests) => result.map_err(|status| status_error(&status)),
+        };
+        if let Some(e) = progress.take_read_error() {
+            self.channels.discard(self.target, self.lane, &pooled);
+            return Err(StreamingError::StorageError(read_error(e)));
+        }
+        let bytes = match outcome {
+            Ok(response) => response.into_inner().response,
+            Err(e) => {
+                self.channels.discard(self.target, self.lane, &pooled);
+                return Err(self.rpc_error(action, e).into());
+            }
+        };
+        tracing::info!(target_id = self.target, snapshot = %snapshot.meta, "snapshot sent");
+        Ok(self.decode(action, "snapshot response", &bytes)?)
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for PeerConnection {
+    type SnapshotData = SnapshotFile;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let action = RPCTypes::AppendEntries;
+        let request = self.encode(action, "append entries request", &rpc)?;
+        let bytes = self
+            .unary(&option, |mut c, t| async move {
+                c.append_entries(with_timeout(pb::AppendEntriesRequest { request }, t))
+                    .await
+            })
+            .await
+            .map_err(|e| self.rpc_error(action, e))?
+            .response;
+        self.decode(action, "append entries response", &bytes)
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.vote_rpc(rpc, option, false).await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        // A real RPC: the default grants blindly, which would let a partitioned node win
+        // its pre-vote and disrupt the leader when it returns.
+        self.vote_rpc(rpc, option, true).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        self.send_snapshot(vote, snapshot, cancel, option).await
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let action = RPCTypes::TransferLeader;
+        let request = self.encode(action, "transfer leader request", &req)?;
+        let bytes = self
+            .unary(&option, |mut c, t| async move {
+                c.transfer_leader(with_timeout(pb::TransferLeaderRequest { request }, t))
+                    .await
+            })
+            .await
+            .map_err(|e| self.rpc_error(action, e))?
+            .response;
+        self.decode(action, "transfer leader response", &bytes)
+    }
+}
+
+fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    // Sent as grpc-timeout, so the peer stops working on a request we gave up on.
+    request.set_timeout(timeout);
+    request
+}
+
+/// UNAVAILABLE is what tonic reports when the peer cannot be connected, and what the
+/// peer answers when its raft has stopped: either way, back off. Anything else is a
+/// transient failure worth an immediate retry.
+fn status_error(status: &Status) -> CallError {
+    let msg = format!("{}: {}", status.code(), status.message());
+    match status.code() {
+        Code::Unavailable => CallError::Unreachable(msg),
+        _ => CallError::Network(msg),
+    }
+}
+
+/// What the snapshot sender's request stream reports to the sender.
+#[derive(Default)]
+struct Progress {
+    /// Messages handed to gRPC so far (plus one when the file is exhausted).
+    produced: AtomicU64,
+    read_error: Mutex<Option<io::Error>>,
+}
+
+impl Progress {
+    /// Resolves once no message was produced for a whole `idle` period: gRPC stopped
+    /// pulling chunks (the peer or the link stalled), or the peer took longer than
+    /// `idle` to install after the last one.
+    async fn stalled(&self, idle: Duration) {
+        let mut seen = self.produced.load(Ordering::Relaxed);
+        loop {
+            tokio::time::sleep(idle).await;
+            let now = self.produced.load(Ordering::Relaxed);
+            if now == seen {
+                return;
+            }
+            seen = now;
+        }
+    }
+
+    fn take_read_error(&self) -> Option<io::Error> {
+        self.read_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+}
+
+/// Reads a snapshot file chunk by chunk for the request stream.
+struct ChunkReader {
+    file: std::fs::File,
+    remaining: u64,
+    progress: Arc<Progress>,
+}
+
+impl ChunkReader {
+    fn next_chunk(&mut self) -> Option<pb::InstallSnapshotRequest> {
+        if self.remaining == 0 {
+            // Counts as progress: the receiver now gets `idle` to answer.
+            self.progress.produced.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let len = usize::try_from(self.remaining)
+            .unwrap_or(usize::MAX)
+            .min(SNAPSHOT_CHUNK_BYTES);
+        let mut buf = vec![0u8; len];
+        if let Err(e) = self.file.read_exact(&mut buf) {
+            // Ending the stream early is safe: the receiver checks the byte count against
+            // `snapshot_size` and refuses a short snapshot. The sender reports this error.
+            *self
+                .progress
+                .read_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(e);
+            self.remaining = 0;
+            return None;
+        }
+        self.remaining -= len as u64;
+        self.progress.produced.fetch_add(1, Ordering::Relaxed);
+        Some(pb::InstallSnapshotRequest {
+            chunk: Bytes::from(buf),
+            ..Default::default()
+        })
+    }
+}

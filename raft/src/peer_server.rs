@@ -1,0 +1,358 @@
+//! The receiving side of the peer API: answers peers' RPCs by calling the local raft.
+//!
+//! This module owns [`PeerService`]: decoding requests, staging incoming snapshot files,
+//! and turning openraft's answers into responses and gRPC statuses. It must never
+//! forward a request to a third node (the caller retries against the leader it is told
+//! about, which rules out forwarding loops), and never interpret a command.
+//!
+//! # Incoming snapshots
+//! Chunks are written to a `*.partial` file in the staging directory, fsynced, and the
+//! file is handed to [`Raft::install_full_snapshot`] as a [`SnapshotFile`]. The state
+//! machine's `install_snapshot` must take the file away from that path (rename it into
+//! its own directory, which should be on the same filesystem) or finish reading it
+//! before returning: whatever is still at the path afterwards is deleted, as is every
+//! `*.partial` file found when the service starts. Writes are blocking `std::fs` calls,
+//! like the rest of this crate's disk I/O (see `log_store`).
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
+use openraft::storage::RaftStateMachine;
+use openraft::ReadPolicy;
+use serde::Serialize;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::channels::MAX_PEER_MESSAGE_BYTES;
+use crate::codec;
+use crate::pb;
+use crate::pb::peer_server::{Peer, PeerServer};
+use crate::types::{Command, Raft, Snapshot, SnapshotFile, SnapshotMeta, TypeConfig, Vote};
+
+const PARTIAL_SUFFIX: &str = "partial";
+
+/// Serves the peer API for one node.
+pub struct PeerService<SM>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
+{
+    raft: Raft<SM>,
+    staging_dir: Arc<PathBuf>,
+    next_staging_id: Arc<AtomicU64>,
+}
+
+impl<SM> PeerService<SM>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
+{
+    /// `staging_dir` receives incoming snapshots; it is created if missing, and partial
+    /// files left by a previous run are removed. One service per directory.
+    pub fn new(raft: Raft<SM>, staging_dir: PathBuf) -> Result<Self, io::Error> {
+        std::fs::create_dir_all(&staging_dir)?;
+        for entry in std::fs::read_dir(&staging_dir)? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|ext| ext == PARTIAL_SUFFIX) {
+                tracing::info!(path = %path.display(), "removing snapshot left over from a previous run");
+                std::fs::remove_file(&path)?;
+            }
+        }
+        Ok(Self {
+            raft,
+            staging_dir: Arc::new(staging_dir),
+            next_staging_id: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The tonic service to add to the peer listener's `tonic::transport::Server`.
+    pub fn into_service(self) -> PeerServer<Self> {
+        PeerServer::new(self)
+            .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES)
+    }
+
+    fn raft_stopped(&self) -> bool {
+        self.raft.metrics().borrow_watched().running_state.is_err()
+    }
+
+    async fn receive_snapshot(
+        &self,
+        mut stream: Streaming<pb::InstallSnapshotRequest>,
+    ) -> Result<Vec<u8>, Status> {
+        let first = stream
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty InstallSnapshot stream"))?;
+        let vote: Vote = codec::decode("vote", &first.vote)?;
+        let meta: SnapshotMeta = codec::decode("snapshot meta", &first.meta)?;
+        let expected = first.snapshot_size;
+
+        let id = self.next_staging_id.fetch_add(1, Ordering::Relaxed);
+        let mut staged = StagedFile::create(&self.staging_dir, id)
+            .map_err(io_status("create staged snapshot"))?;
+        tracing::info!(snapshot = %meta, bytes = expected, path = %staged.path.display(), "receiving snapshot");
+
+        let mut received = 0u64;
+        let mut chunk = first.chunk;
+        loop {
+            received = received.saturating_add(chunk.len() as u64);
+            if received > expected {
+                return Err(Status::invalid_argument(format!(
+                    "snapshot is longer than its announced {expected} bytes"
+                )));
+            }
+            staged
+                .write(&chunk)
+                .map_err(io_status("write staged snapshot"))?;
+            match stream.message().await? {
+                None => break,
+                Some(next) => {
+                    if !next.vote.is_empty() || !next.meta.is_empty() {
+                        return Err(Status::invalid_argument(
+                            "vote and meta belong in the first message only",
+                        ));
+                    }
+                    chunk = next.chunk;
+                }
+            }
+        }
+        if received != expected {
+            return Err(Status::invalid_argument(format!(
+                "snapshot stream ended after {received} of {expected} bytes"
+            )));
+        }
+        staged.sync().map_err(io_status("sync staged snapshot"))?;
+
+        let raft = self.raft.clone();
+        let snapshot = Snapshot {
+            meta,
+            snapshot: SnapshotFile {
+                path: staged.path.clone(),
+            },
+        };
+        // Installed on its own task: if the sender gives up and this handler is dropped,
+        // openraft may still be installing the file, which must not vanish under it.
+        let install = tokio::spawn(async move {
+            let result = raft.install_full_snapshot(vote, snapshot).await;
+            drop(staged);
+            result
+        });
+        let response = match install.await {
+            Ok(Ok(response)) => response,
+            Ok(Err(fatal)) => return Err(Status::unavailable(format!("raft stopped: {fatal}"))),
+            Err(join) => {
+                return Err(Status::internal(format!(
+                    "snapshot install task failed: {join}"
+                )))
+            }
+        };
+        tracing::info!(bytes = received, "snapshot handed to raft");
+        encode("snapshot response", &response)
+    }
+}
+
+#[tonic::async_trait]
+impl<SM> Peer for PeerService<SM>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
+{
+    async fn append_entries(
+        &self,
+        request: Request<pb::AppendEntriesRequest>,
+    ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
+        let rpc = codec::decode("append entries request", &request.get_ref().request)?;
+        let response = self.raft.append_entries(rpc).await.map_err(stopped)?;
+        Ok(Response::new(pb::AppendEntriesResponse {
+            response: encode("append entries response", &response)?.into(),
+        }))
+    }
+
+    async fn request_vote(
+        &self,
+        request: Request<pb::RequestVoteRequest>,
+    ) -> Result<Response<pb::RequestVoteResponse>, Status> {
+        let rpc = codec::decode("vote request", &request.get_ref().request)?;
+        let response = self.raft.vote(rpc).await.map_err(stopped)?;
+        Ok(Response::new(pb::RequestVoteResponse {
+            response: encode("vote response", &response)?.into(),
+        }))
+    }
+
+    async fn request_pre_vote(
+        &self,
+        request: Request<pb::RequestPreVoteRequest>,
+    ) -> Result<Response<pb::RequestPreVoteResponse>, Status> {
+        let rpc = codec::decode("pre-vote request", &request.get_ref().request)?;
+        let response = self.raft.pre_vote(rpc).await.map_err(stopped)?;
+        Ok(Response::new(pb::RequestPreVoteResponse {
+            response: encode("vote response", &response)?.into(),
+        }))
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<Streaming<pb::InstallSnapshotRequest>>,
+    ) -> Result<Response<pb::InstallSnapshotResponse>, Status> {
+        let response = self.receive_snapshot(request.into_inner()).await?;
+        Ok(Response::new(pb::InstallSnapshotResponse {
+            response: response.into(),
+        }))
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<pb::TransferLeaderRequest>,
+    ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        let rpc = codec::decode("transfer leader request", &request.get_ref().request)?;
+        let response = self
+            .raft
+            .handle_transfer_leader(rpc)
+            .await
+            .map_err(|fatal| Status::unavailable(format!("raft stopped: {fatal}")))?;
+        Ok(Response::new(pb::TransferLeaderResponse {
+            response: encode("transfer leader response", &response)?.into(),
+        }))
+    }
+
+    async fn propose_command(
+        &self,
+        request: Request<pb::ProposeCommandRequest>,
+    ) -> Result<Response<pb::ProposeCommandResponse>, Status> {
+        if self.raft_stopped() {
+            // Certainly not proposed: let the caller find the next leader.
+            return Ok(Response::new(pb::ProposeCommandResponse {
+                outcome: None,
+                leader_redirect: Some(pb::LeaderRedirect::new(None, None)),
+            }));
+        }
+        let command = Command(request.into_inner().command);
+        let reply = match self.raft.client_write(command).await {
+            Ok(response) => pb::ProposeCommandResponse {
+                outcome: Some(response.data.0),
+                leader_redirect: None,
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => {
+                pb::ProposeCommandResponse {
+                    outcome: None,
+                    leader_redirect: Some(pb::LeaderRedirect::new(
+                        to.leader_id,
+                        to.leader_node.as_ref(),
+                    )),
+                }
+            }
+            // The entry was appended and then lost its leader: it may still commit. Only
+            // the client can decide whether to retry.
+            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(to))) => {
+                return Err(Status::aborted(format!(
+                    "leader changed; the command may or may not commit: {to}"
+                )));
+            }
+            Err(RaftError::APIError(other)) => {
+                return Err(Status::failed_precondition(other.to_string()))
+            }
+            Err(RaftError::Fatal(fatal)) => {
+                return Err(Status::aborted(format!(
+                    "raft stopped while proposing: {fatal}"
+                )));
+            }
+        };
+        Ok(Response::new(reply))
+    }
+
+    async fn read_index(
+        &self,
+        _request: Request<pb::ReadIndexRequest>,
+    ) -> Result<Response<pb::ReadIndexResponse>, Status> {
+        let reply = match self.raft.get_read_linearizer(ReadPolicy::ReadIndex).await {
+            Ok(linearizer) => pb::ReadIndexResponse {
+                read_log_id: Some(encode("read log id", linearizer.read_log_id().log_id())?.into()),
+                leader_redirect: None,
+            },
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(to))) => {
+                pb::ReadIndexResponse {
+                    read_log_id: None,
+                    leader_redirect: Some(pb::LeaderRedirect::new(
+                        to.leader_id,
+                        to.leader_node.as_ref(),
+                    )),
+                }
+            }
+            Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(e))) => {
+                return Err(Status::unavailable(format!(
+                    "leadership not confirmed: {e}"
+                )));
+            }
+            Err(RaftError::Fatal(fatal)) => {
+                return Err(Status::unavailable(format!("raft stopped: {fatal}")))
+            }
+        };
+        Ok(Response::new(reply))
+    }
+}
+
+fn stopped(e: RaftError<TypeConfig>) -> Status {
+    Status::unavailable(format!("raft stopped: {e}"))
+}
+
+fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, Status> {
+    codec::encode(what, value).map_err(|e| Status::internal(e.to_string()))
+}
+
+fn io_status(what: &'static str) -> impl Fn(io::Error) -> Status {
+    move |e| {
+        tracing::error!(error = %e, "{what} failed");
+        Status::internal(format!("{what}: {e}"))
+    }
+}
+
+/// An incoming snapshot file that deletes itself when dropped, unless something (the
+/// state machine) moved it away first.
+struct StagedFile {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl StagedFile {
+    fn create(dir: &Path, id: u64) -> Result<Self, io::Error> {
+        let path = dir.join(format!("snapshot-{id}.{PARTIAL_SUFFIX}"));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        Ok(Self {
+            path,
+            file: Some(file),
+        })
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<(), io::Error> {
+        match &mut self.file {
+            Some(file) => file.write_all(bytes),
+            None => Err(io::Error::other("staged snapshot already closed")),
+        }
+    }
+
+    /// Makes the contents durable and closes the file, before anyone installs it.
+    fn sync(&mut self) -> Result<(), io::Error> {
+        match self.file.take() {
+            Some(file) => file.sync_all(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for StagedFile {
+    fn drop(&mut self) {
+        self.file = None;
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => tracing::debug!(path = %self.path.display(), "removed staged snapshot"),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "could not remove staged snapshot")
+            }
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! A real cluster in one process: three voters (and later a learner) on loopback TCP,
+//! each with its own RocksDB raft log and a trivial in-memory state machine whose
+//! snapshots are files, so that elections, forwarding, read barriers, failover and
+//! snapshot streaming all run over the real peer API.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use openraft::async_runtime::WatchReceiver;
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use quantykube_raft::{
+    raft_config, Command, CommandOutcome, LogId, LogStore, Member, NodeId, PeerChannels,
+    PeerNetworkFactory, PeerService, Raft, RaftClient, RaftClientOptions, Snapshot, SnapshotFile,
+    SnapshotMeta, StoredMembership, TypeConfig, LOG_COLUMN_FAMILIES,
+};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+// ---------------------------------------------------------------------------------
+// A trivial state machine: the list of applied commands, snapshotted to a file.
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct SmData {
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    commands: Vec<Bytes>,
+}
+
+#[derive(Default)]
+struct SmState {
+    data: SmData,
+    current: Option<(SnapshotMeta, PathBuf)>,
+    snapshots_built: u64,
+    snapshots_installed: u64,
+    next_file: u64,
+}
+
+#[derive(Clone)]
+struct TestSm {
+    state: Arc<Mutex<SmState>>,
+    dir: PathBuf,
+}
+
+impl TestSm {
+    fn new(dir: PathBuf) -> Self {
+        std::fs::create_dir_all(&dir).unwrap();
+        Self {
+            state: Arc::default(),
+            dir,
+        }
+    }
+
+    fn commands(&self) -> Vec<Bytes> {
+        self.state.lock().unwrap().data.commands.clone()
+    }
+
+    fn snapshots_installed(&self) -> u64 {
+        self.state.lock().unwrap().snapshots_installed
+    }
+
+    fn snapshots_built(&self) -> u64 {
+        self.state.lock().unwrap().snapshots_built
+    }
+
+    fn next_path(&self) -> PathBuf {
+        let mut st = self.state.lock().unwrap();
+        st.next_file += 1;
+        self.dir.join(format!("snapshot-{}.bin", st.next_file))
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for TestSm {
+    type SnapshotData = SnapshotFile;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let path = self.next_path();
+        let data = self.state.lock().unwrap().data.clone();
+        // Pad the file past one network chunk so that streaming sends several.
+        let mut bytes = postcard::to_stdvec(&data).map_err(io::Error::other)?;
+        let payload_len = bytes.len() as u64;
+        bytes.resize(bytes.len() + 1536 * 1024, 0xab);
+        let mut file_bytes = payload_len.to_be_bytes().to_vec();
+        file_bytes.extend_from_slice(&bytes);
+        std::fs::write(&path, &file_bytes)?;
+        let meta = SnapshotMeta {
+            last_log_id: data.last_applied,
+            last_membership: data.membership.clone(),
+        };
+        let mut st = self.state.lock().unwrap();
+        st.snapshots_built += 1;
+        if let Some((_, old)) = st.current.replace((meta.clone(), path.clone())) {
+            let _ = std::fs::remove_file(old);
+        }
+        Ok(Snapshot {
+            meta,
+            snapshot: SnapshotFile { path },
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for TestSm {
+    type SnapshotData = SnapshotFile;
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        let st = self.state.lock().unwrap();
+        Ok((st.data.last_applied, st.data.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        while let Some(item) = entries.next().await {
+            let (entry, responder) = item?;
+            let outcome = {
+                let mut st = self.state.lock().unwrap();
+                st.data.last_applied = Some(entry.log_id);
+                match entry.payload {
+                    EntryPayload::Blank => CommandOutcome::default(),
+                    EntryPayload::Normal(cmd) => {
+                        st.data.commands.push(cmd.0);
+                        CommandOutcome(Bytes::from(format!("applied #{}", st.data.commands.len())))
+                    }
+                    EntryPayload::Membership(m) => {
+                        st.data.membership = StoredMembership::new(Some(entry.log_id), m);
+                        CommandOutcome::default()
+                    }
+                }
+            };
+            if let Some(responder) = responder {
+                responder.send(outcome);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotFile,
+    ) -> Result<(), io::Error> {
+        // Take the file out of the staging directory, as PeerService requires.
+        let path = self.next_path();
+        std::fs::rename(&snapshot.path, &path)?;
+        let bytes = std::fs::read(&path)?;
+        let len = u64::from_be_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let data: SmData = postcard::from_bytes(&bytes[8..8 + len]).map_err(io::Error::other)?;
+        assert_eq!(data.last_applied, meta.last_log_id);
+        let mut st = self.state.lock().unwrap();
+        st.data = data;
+        st.snapshots_installed += 1;
+        if let Some((_, old)) = st.current.replace((meta.clone(), path)) {
+            let _ = std::fs::remove_file(old);
+        }
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        let st = self.state.lock().unwrap();
+        Ok(st.current.as_ref().map(|(meta, path)| Snapshot {
+            meta: meta.clone(),
+            snapshot: SnapshotFile { path: path.clone() },
+        }))
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// One node: RocksDB log, raft, peer server, client.
+
+struct Node {
+    id: NodeId,
+    raft: Raft<TestSm>,
+    sm: TestSm,
+    client: RaftClient<TestSm>,
+    stop_server: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<()>>,
+}
+
+async fn listen() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    (listener, url)
+}
+
+fn member(id: NodeId, url: &str) -> Member {
+    Member {
+        name: format!("node-{id}"),
+        peer_urls: vec![url.to_owned()],
+        client_urls: vec![],
+    }
+}
+
+async fn start_node(id: NodeId, listener: TcpListener, dir: PathBuf) -> Node {
+    let config =
+        Arc::new(raft_config(Duration::from_millis(50), Duration::from_millis(300), 10).unwrap());
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    let db = Arc::new(rocksdb::DB::open_cf(&opts, dir.join("db"), LOG_COLUMN_FAMILIES).unwrap());
+    let log_store = LogStore::new(db).unwrap();
+    let sm = TestSm::new(dir.join("sm"));
+    let channels = PeerChannels::tcp();
+    let raft = Raft::new(
+        id,
+        config.clone(),
+        PeerNetworkFactory::new(id, channels.clone()),
+        log_store,
+        sm.clone(),
+    )
+    .await
+    .unwrap();
+    let service = PeerService::new(raft.clone(), dir.join("staging"))
+        .unwrap()
+        .into_service();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                stop_rx.await.ok();
+            })
+            .await
+            .unwrap();
+    });
+    let client = RaftClient::new(
+        raft.clone(),
+        channels,
+        RaftClientOptions::for_config(&config),
+    );
+    Node {
+        id,
+        raft,
+        sm,
+        client,
+        stop_server: Some(stop_tx),
+        server: Some(server),
+    }
+}
+
+impl Node {
+    async fn kill(&mut self) {
+        self.raft.shutdown().await.unwrap();
+        if let Some(tx) = self.stop_server.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.await.unwrap();
+        }
+    }
+
+    fn leader(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow_watched().current_leader
+    }
+
+    fn last_applied_index(&self) -> u64 {
+        self.raft
+            .metrics()
+            .borrow_watched()
+            .last_applied
+            .map(|l| l.index)
+            .unwrap_or(0)
+    }
+}
+
+async fn wait_for_leader(nodes: &[&Node], not: Option<NodeId>) -> NodeId {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let leaders: Vec<_> = nodes.iter().map(|n| n.leader()).collect();
+        if let Some(Some(l)) = leaders.first() {
+            if Some(*l) != not
+                && leaders.iter().all(|x| *x == Some(*l))
+                && nodes.iter().any(|n| n.id == *l)
+            {
+                return *l;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no agreed leader: {leaders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn cmd(s: &str) -> Command {
+    Command(Bytes::from(s.to_owned()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_elect_forward_read_fail_over_and_catch_up_by_snapshot() {
+    tokio::time::timeout(Duration::from_secs(60), scenario())
+        .await
+        .expect("scenario took too long");
+}
+
+async fn scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut listeners = Vec::new();
+    let mut members = BTreeMap::new();
+    for id in 1..=3u64 {
+        let (listener, url) = listen().await;
+        members.insert(id, member(id, &url));
+        listeners.push((id, listener));
+    }
+    let mut nodes = Vec::new();
+    for (id, listener) in listeners {
+        nodes.push(
+            start_node(
+                id,
+                listener,
+                dir.path().join(format!("n{id}")),
+            )
+            .await,
+        );
+    }
+    nodes[0].raft.initialize(members.clone()).await.unwrap();
+
+    // 1. A leader is elected.
+    let leader = wait_for_leader(&nodes.iter().collect::<Vec<_>>(), None).await;
+    let li = nodes.iter().position(|n| n.id == leader).unwrap();
+    let followers: Vec<usize> = (0..3).filter(|i| *i != li).collect();
+
+    // 2. A write through a follower is forwarded; a read barrier on the other follower
+    //    then sees it.
+    let out = nodes[followers[0]]
+        .client
+        .write(cmd("first"))
+        .await
+        .unwrap();
+    assert_eq!(out.0, Bytes::from("applied #1"));
+    nodes[followers[1]].client.read_barrier().await.unwrap();
+    assert_eq!(
+        nodes[followers[1]].sm.commands(),
+        vec![Bytes::from("first")]
+    );
+    // The leader's own path works too.
+    nodes[li].client.read_barrier().await.unwrap();
+    nodes[li].client.write(cmd("second")).await.unwrap();
+
+    // 3. Enough writes that every node snapshots and purges its log.
+    for i in 0..30 {
+        nodes[followers[i % 2]]
+            .client
+            .write(cmd(&format!("bulk-{i}")))
+            .await
+            .unwrap();
+    }
+    let purged = nodes[li].raft.metrics().borrow_watched().purged;
+    assert!(
+        purged.is_some(),
+        "leader should have purged its log after snapshots"
+    );
+    assert!(nodes[li].sm.snapshots_built() >= 1);
+
+    // 4. A new learner starts from nothing: the leader's log no longer reaches back, so it
+    //    must receive a snapshot over the stream, then the tail by replication.
+    let (listener4, url4) = listen().await;
+    let member4 = member(4, &url4);
+    let n4 = start_node(4, listener4, dir.path().join("n4")).await;
+    nodes[li].raft.add_learner(4, member4, true).await.unwrap();
+    let want = nodes[li].last_applied_index();
+    n4.raft
+        .wait(Some(Duration::from_secs(10)))
+        .applied_index_at_least(Some(want), "learner caught up")
+        .await
+        .unwrap();
+    assert!(
+        n4.sm.snapshots_installed() >= 1,
+        "learner should have installed a snapshot"
+    );
+    assert_eq!(n4.sm.commands(), nodes[li].sm.commands());
+    nodes.push(n4);
+
+    // 5. Leadership transfer over the TransferLeader RPC.
+    let target = nodes[followers[0]].id;
+    nodes[li]
+        .raft
+        .trigger()
+        .transfer_leader(target)
+        .await
+        .unwrap();
+    let voters: Vec<&Node> = nodes[..3].iter().collect();
+    let leader = wait_for_leader(&voters, Some(leader)).await;
+    assert_eq!(leader, target);
+    let li = nodes.iter().position(|n| n.id == leader).unwrap();
+
+    // 6. Kill the leader: the other two voters elect a new one, and writes (even through
+    //    the learner) succeed again.
+    nodes[li].kill().await;
+    let survivors: Vec<&Node> = nodes[..3].iter().filter(|n| n.id != leader).collect();
+    let new_leader = wait_for_leader(&survivors, Some(leader)).await;
+    assert_ne!(new_leader, leader);
+    let out = nodes[3].client.write(cmd("after failover")).await.unwrap();
+    assert_eq!(out.0, Bytes::from(format!("applied #{}", 2 + 30 + 1)));
+    let follower = survivors.iter().find(|n| n.id != new_leader).unwrap();
+    follower
+        .client
+        .write(cmd("after failover 2"))
+        .await
+        .unwrap();
+
+    // 7. Read barriers on the learner and the follower see the last write.
+    nodes[3].client.read_barrier().await.unwrap();
+    assert_eq!(
+        nodes[3].sm.commands().last(),
+        Some(&Bytes::from("after failover 2"))
+    );
+    let follower = nodes
+        .iter()
+        .find(|n| n.id != new_leader && n.id != leader && n.id != 4)
+        .unwrap();
+    follower.client.read_barrier().await.unwrap();
+    assert_eq!(follower.sm.commands().len(), 2 + 30 + 2);
+
+    for node in nodes.iter_mut() {
+        if node.id != leader {
+            node.kill().await;
+        }
+    }
+}

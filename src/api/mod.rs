@@ -1,0 +1,48 @@
+//! The etcd gRPC API as clients see it: one service per file, plus the error mapping
+//! (`status`) and request checks (`validate`).
+//!
+//! Handlers translate and validate; everything they do with data goes through the
+//! [`Node`](crate::node::Node) handle. Nothing here may hold logic that the raft log or
+//! the store must also see.
+
+pub mod cluster;
+pub mod health;
+pub mod kv;
+pub mod maintenance;
+pub mod status;
+pub mod unimplemented;
+pub mod validate;
+
+use std::sync::Arc;
+
+use tonic::transport::server::Router;
+use tonic_health::pb::health_server::{Health, HealthServer};
+
+use crate::node::Node;
+use crate::proto::etcdserverpb::auth_server::AuthServer;
+use crate::proto::etcdserverpb::cluster_server::ClusterServer;
+use crate::proto::etcdserverpb::kv_server::KvServer;
+use crate::proto::etcdserverpb::lease_server::LeaseServer;
+use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::proto::etcdserverpb::watch_server::WatchServer;
+
+/// gRPC allows this much beyond `--max-request-bytes` for framing, as etcd does, so that
+/// a too-large request is answered with etcd's own error rather than a transport one.
+const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+/// The client-facing server: all six etcd services and gRPC health.
+pub fn client_router<H: Health>(
+    node: Arc<Node>,
+    health: HealthServer<H>,
+) -> Router<tower::layer::util::Stack<unimplemented::NameUnimplementedLayer, tower::layer::util::Identity>> {
+    let max = node.limits().max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES);
+    tonic::transport::Server::builder()
+        .layer(unimplemented::NameUnimplementedLayer)
+        .add_service(KvServer::new(kv::KvService::new(node.clone())).max_decoding_message_size(max))
+        .add_service(WatchServer::new(unimplemented::WatchService))
+        .add_service(LeaseServer::new(unimplemented::LeaseService))
+        .add_service(ClusterServer::new(cluster::ClusterService::new(node.clone())))
+        .add_service(MaintenanceServer::new(maintenance::MaintenanceService::new(node)))
+        .add_service(AuthServer::new(unimplemented::AuthService))
+        .add_service(health)
+}

@@ -1,0 +1,108 @@
+//! The one mapping from QuantyKube's errors to etcd's gRPC statuses.
+//!
+//! Client libraries match on the exact text, so every message here is etcd's own
+//! (`etcdserver: ...`), with etcd's gRPC code. Handlers never build a `Status` for an
+//! etcd error themselves; they return one of these.
+
+use quantykube_raft::{ReadError, WriteError};
+use tonic::{Code, Status};
+
+use crate::proto::command::command_error::Kind;
+use crate::store::StoreError;
+
+pub fn empty_key() -> Status {
+    Status::invalid_argument("etcdserver: key is not provided")
+}
+pub fn key_not_found() -> Status {
+    Status::invalid_argument("etcdserver: key not found")
+}
+pub fn value_provided() -> Status {
+    Status::invalid_argument("etcdserver: value is provided")
+}
+pub fn lease_provided() -> Status {
+    Status::invalid_argument("etcdserver: lease is provided")
+}
+pub fn too_many_ops() -> Status {
+    Status::invalid_argument("etcdserver: too many operations in txn request")
+}
+pub fn duplicate_key() -> Status {
+    Status::invalid_argument("etcdserver: duplicate key given in txn request")
+}
+pub fn invalid_sort_option() -> Status {
+    Status::invalid_argument("etcdserver: invalid sort option")
+}
+pub fn request_too_large() -> Status {
+    Status::invalid_argument("etcdserver: request is too large")
+}
+pub fn compacted() -> Status {
+    Status::out_of_range("etcdserver: mvcc: required revision has been compacted")
+}
+pub fn future_revision() -> Status {
+    Status::out_of_range("etcdserver: mvcc: required revision is a future revision")
+}
+pub fn lease_not_found() -> Status {
+    Status::not_found("etcdserver: requested lease not found")
+}
+pub fn no_leader() -> Status {
+    Status::unavailable("etcdserver: no leader")
+}
+pub fn timeout() -> Status {
+    Status::unavailable("etcdserver: request timed out")
+}
+pub fn leader_changed() -> Status {
+    Status::unavailable("etcdserver: leader changed")
+}
+pub fn stopped() -> Status {
+    Status::unavailable("etcdserver: server stopped")
+}
+
+/// A node-local failure that is not the request's fault; details go to the log, not
+/// the client.
+pub fn internal(context: &str, error: &dyn std::fmt::Display) -> Status {
+    tracing::error!(context, %error, "internal error");
+    Status::new(Code::Internal, format!("etcdserver: {context}: internal error"))
+}
+
+pub fn from_store(error: StoreError) -> Status {
+    match error {
+        StoreError::Compacted => compacted(),
+        StoreError::FutureRevision => future_revision(),
+        StoreError::KeyNotFound => key_not_found(),
+        StoreError::LeaseNotFound => lease_not_found(),
+        other => internal("store", &other),
+    }
+}
+
+pub fn from_command_error(kind: Kind) -> Status {
+    match kind {
+        Kind::Compacted => compacted(),
+        Kind::FutureRevision => future_revision(),
+        Kind::KeyNotFound => key_not_found(),
+        Kind::LeaseNotFound => lease_not_found(),
+        Kind::Unspecified => internal("apply", &"unspecified command error"),
+    }
+}
+
+pub fn from_write(error: WriteError) -> Status {
+    match error {
+        WriteError::NoLeader => no_leader(),
+        WriteError::Timeout => timeout(),
+        WriteError::LeaderChanged => leader_changed(),
+        other => {
+            tracing::warn!(error = %other, "write failed");
+            stopped()
+        }
+    }
+}
+
+pub fn from_read(error: ReadError) -> Status {
+    match error {
+        ReadError::NoLeader => no_leader(),
+        ReadError::Timeout => timeout(),
+        ReadError::LeaderChanged => leader_changed(),
+        other => {
+            tracing::warn!(error = %other, "read barrier failed");
+            stopped()
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! QuantyKube: a drop-in replacement for etcd v3.
+//!
+//! Every write becomes an openraft log entry applied, in log order, to a RocksDB
+//! revision store on every member; reads are served from any member's applied state.
+//! See `docs/architecture.md` for the map of modules.
+
+pub mod api;
+pub mod config;
+pub mod identity;
+pub mod node;
+pub mod proto;
+pub mod state_machine;
+pub mod store;

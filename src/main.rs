@@ -1,0 +1,81 @@
+//! The `quantykube` binary: etcd's flags in, a running member out.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use quantykube::config::{self, Invocation};
+use tracing_subscriber::EnvFilter;
+
+fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    if !text.ends_with('\n') {
+        let _ = out.write_all(b"\n");
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn main() -> ExitCode {
+    let invocation = match config::parse(std::env::args_os(), &|key| std::env::var(key).ok()) {
+        Ok(invocation) => invocation,
+        Err(config::ConfigError::Usage(e)) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+        Err(error) => {
+            let _ = writeln!(std::io::stderr(), "quantykube: {error}");
+            return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(1));
+        }
+    };
+    let (config, warnings) = match invocation {
+        Invocation::Help(text) | Invocation::Version(text) => {
+            print(&text);
+            return ExitCode::SUCCESS;
+        }
+        Invocation::Run { config, warnings } => (config, warnings),
+    };
+    // etcd's panic and fatal levels log only errors before dying; tracing stops at error.
+    let level = match config.log_level {
+        config::LogLevel::Panic | config::LogLevel::Fatal => "error",
+        other => other.as_str(),
+    };
+    let filter = EnvFilter::try_from_env("QUANTYKUBE_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(format!("{level},openraft=warn")));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    for warning in &warnings {
+        tracing::warn!("{warning}");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(quantykube::node::run(*config, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "member stopped");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! One QuantyKube member: its database, raft, peer server and client server, wired.
+//!
+//! This module owns startup (open the store, start raft, bootstrap a new cluster from
+//! etcd's `--initial-cluster` flags, publish this member's attributes), the listeners,
+//! and the [`Node`] handle that API handlers share: propose a write, wait for a read
+//! index, fill a response header. It holds no request semantics (those are in `api`
+//! and `store`).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use prost::Message;
+use quantykube_raft::{
+    raft_config, Command as RaftCommand, LogStore, Member, NodeId, PeerChannels,
+    PeerNetworkFactory, PeerService, Raft, RaftClient, RaftClientOptions, LOG_COLUMN_FAMILIES,
+};
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::Status;
+use url::Url;
+
+use crate::api;
+use crate::api::status;
+use crate::config::Config;
+use crate::identity;
+use crate::proto::command::command::Request as CommandRequest;
+use crate::proto::command::command_result::Result as Outcome;
+use crate::proto::command::{Command, CommandResult, MemberAttributes};
+use crate::proto::etcdserverpb::ResponseHeader;
+use crate::state_machine::StateMachine;
+use crate::store::{self, RevisionStore};
+
+#[derive(Debug, Error)]
+pub enum NodeError {
+    #[error("store: {0}")]
+    Store(#[from] store::StoreError),
+    #[error("raft configuration: {0}")]
+    RaftConfig(#[from] quantykube_raft::RaftConfigError),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("cannot listen on {url}: {source}")]
+    Listen { url: String, source: std::io::Error },
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("this member ({0}) is not in --initial-cluster")]
+    NotInCluster(String),
+}
+
+/// Limits a request is checked against, from etcd's flags.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub max_request_bytes: usize,
+    pub max_txn_ops: usize,
+}
+
+/// What API handlers share: this member's store, raft, identity and limits.
+pub struct Node {
+    id: NodeId,
+    name: String,
+    cluster_id: u64,
+    client_urls: Vec<String>,
+    store: Arc<RevisionStore>,
+    raft: Raft<StateMachine>,
+    client: RaftClient<StateMachine>,
+    limits: Limits,
+    etcd_version: String,
+}
+
+impl Node {
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id
+    }
+
+    pub fn store(&self) -> &Arc<RevisionStore> {
+        &self.store
+    }
+
+    pub fn raft(&self) -> &Raft<StateMachine> {
+        &self.raft
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn etcd_version(&self) -> &str {
+        &self.etcd_version
+    }
+
+    /// A full response header: the store revision the handler got, and this member's
+    /// cluster id, member id and raft term.
+    pub fn header_from(&self, partial: Option<ResponseHeader>) -> ResponseHeader {
+        ResponseHeader {
+            cluster_id: self.cluster_id,
+            member_id: self.id,
+            revision: partial.map_or(0, |h| h.revision),
+            raft_term: self.raft.metrics().borrow_watched().current_term,
+        }
+    }
+
+    /// Replicates one write through raft and returns what applying it produced.
+    pub async fn propose(&self, request: CommandRequest) -> Result<Option<Outcome>, Status> {
+        let encoded = Command {
+            request: Some(request),
+        }
+        .encode_to_vec();
+        if encoded.len() > self.limits.max_request_bytes {
+            return Err(status::request_too_large());
+        }
+        let outcome = self
+            .client
+            .write(RaftCommand(encoded.into()))
+            .await
+            .map_err(status::from_write)?;
+        let result = CommandResult::decode(outcome.0)
+            .map_err(|e| status::internal("decode outcome", &e))?;
+        match result.result {
+            Some(Outcome::Error(error)) => Err(status::from_command_error(error.kind())),
+            other => Ok(other),
+        }
+    }
+
+    /// Waits until this member's store reflects every write committed before the call:
+    /// the read index of a linearizable read.
+    pub async fn read_barrier(&self) -> Result<(), Status> {
+        self.client.read_barrier().await.map_err(status::from_read)
+    }
+
+    /// Publishes this member's name and client URLs through the log, as etcd does once
+    /// a member starts, retrying until it is applied.
+    async fn publish_attributes(self: Arc<Self>) {
+        let attributes = MemberAttributes {
+            member_id: self.id,
+            name: self.name.clone(),
+            client_urls: self.client_urls.clone(),
+        };
+        loop {
+            let current = store::read_member_attributes(&self.store, self.id);
+            if matches!(current, Ok(Some(ref a)) if *a == attributes) {
+                return;
+            }
+            match self
+                .propose(CommandRequest::PublishMember(attributes.clone()))
+                .await
+            {
+                Ok(_) => return,
+                Err(error) => {
+                    tracing::debug!(%error, "publishing member attributes; will retry");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Resolves `http://host:port` listen URLs into socket addresses to bind.
+async fn bind_all(urls: &[Url]) -> Result<Vec<(String, TcpListener)>, NodeError> {
+    let mut listeners = Vec::new();
+    for url in urls {
+        let host = url.host_str().unwrap_or("localhost").trim_matches(['[', ']']);
+        let port = url.port_or_known_default().unwrap_or(2379);
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|source| NodeError::Listen {
+                url: url.to_string(),
+                source,
+            })?
+            .collect();
+        // `localhost` may resolve to both families; etcd listens on what it resolves to.
+        let mut bound = false;
+        let mut last_error = None;
+        for addr in addrs {
+            match TcpListener::bind(addr).await {
+                Ok(listener) => {
+                    listeners.push((url.to_string(), listener));
+                    bound = true;
+                }
+                Err(error) => last_error = Some(error),
+            }
+        }
+        if !bound {
+            return Err(NodeError::Listen {
+                url: url.to_string(),
+                source: last_error.unwrap_or_else(|| std::io::Error::other("no address")),
+            });
+        }
+    }
+    Ok(listeners)
+}
+
+/// Runs a member until `shutdown` completes.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), NodeError> {
+    let token = config.initial_cluster_token.clone();
+    let members: BTreeMap<NodeId, Member> = config
+        .initial_cluster
+        .iter()
+        .map(|m| {
+            let member = Member {
+                name: m.name.clone(),
+                peer_urls: m.peer_urls.iter().map(|u| u.to_string()).collect(),
+                client_urls: Vec::new(),
+            };
+            (identity::member_id(&member.peer_urls, &token), member)
+        })
+        .collect();
+    let own_peer_urls: Vec<String> = config
+        .initial_advertise_peer_urls
+        .iter()
+        .map(|u| u.to_string())
+        .collect();
+    let id = identity::member_id(&own_peer_urls, &token);
+    if !members.contains_key(&id) {
+        return Err(NodeError::NotInCluster(config.name.clone()));
+    }
+    let cluster_id = identity::cluster_id(members.keys().copied());
+
+    std::fs::create_dir_all(&config.data_dir)?;
+    let db = store::open_database(&config.data_dir.join("db"), LOG_COLUMN_FAMILIES)?;
+    let revision_store = Arc::new(RevisionStore::new(db.clone())?);
+    revision_store.resume_compaction()?;
+
+    let raft_config = Arc::new(raft_config(
+        config.heartbeat_interval,
+        config.election_timeout,
+        config.snapshot_count,
+    )?);
+    let snapshot_dir: PathBuf = config.data_dir.join("snapshots");
+    let state_machine = StateMachine::new(revision_store.clone(), snapshot_dir.clone());
+    let log_store = LogStore::new(db.clone())?;
+    let channels = PeerChannels::tcp();
+    let network = PeerNetworkFactory::new(id, channels.clone());
+    let raft = Raft::new(id, raft_config.clone(), network, log_store, state_machine)
+        .await
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
+
+    let fresh = raft
+        .is_initialized()
+        .await
+        .map(|initialized| !initialized)
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
+    if fresh && config.initial_cluster_state == crate::config::ClusterState::New {
+        // Every founding member proposes the same membership; exactly one succeeds.
+        if let Err(error) = raft.initialize(members.clone()).await {
+            tracing::debug!(%error, "cluster already initialized by another member");
+        }
+    }
+
+    let client = RaftClient::new(
+        raft.clone(),
+        channels.clone(),
+        RaftClientOptions::for_config(&raft_config),
+    );
+    let node = Arc::new(Node {
+        id,
+        name: config.name.clone(),
+        cluster_id,
+        client_urls: config.advertise_client_urls.iter().map(|u| u.to_string()).collect(),
+        store: revision_store,
+        raft: raft.clone(),
+        client,
+        limits: Limits {
+            max_request_bytes: config.max_request_bytes,
+            max_txn_ops: config.max_txn_ops,
+        },
+        etcd_version: config.etcd_version.clone(),
+    });
+    tracing::info!(
+        name = %config.name,
+        member_id = %format!("{id:x}"),
+        cluster_id = %format!("{cluster_id:x}"),
+        "member starting"
+    );
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    let mut servers = tokio::task::JoinSet::new();
+    for (url, listener) in bind_all(&config.listen_peer_urls).await? {
+        tracing::info!(%url, "serving peers");
+        let peer_service = PeerService::new(raft.clone(), snapshot_dir.join("incoming"))?;
+        let router = tonic::transport::Server::builder().add_service(peer_service.into_service());
+        let stop = stopped();
+        servers.spawn(async move {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
+                .await
+        });
+    }
+    let (health, health_service) = tonic_health::server::health_reporter();
+    for (url, listener) in bind_all(&config.listen_client_urls).await? {
+        tracing::info!(%url, "serving clients");
+        let router = api::client_router(node.clone(), health_service.clone());
+        let stop = stopped();
+        servers.spawn(async move {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
+                .await
+        });
+    }
+    tokio::spawn(api::health::track_leader(raft.clone(), health));
+    tokio::spawn(node.clone().publish_attributes());
+
+    tokio::select! {
+        () = shutdown => tracing::info!("shutting down"),
+        Some(result) = servers.join_next() => {
+            tracing::error!(?result, "a server stopped unexpectedly");
+        }
+    }
+    let _ = stop_tx.send(true);
+    if let Err(error) = raft.shutdown().await {
+        tracing::warn!(%error, "raft shutdown");
+    }
+    servers.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! The raft state machine: applies committed entries to the revision store, and builds
+//! and installs snapshots of it.
+//!
+//! openraft hands entries here in log order; each is applied as one atomic RocksDB
+//! batch that also records its log id, and its outcome goes back to the proposer. This
+//! module owns that translation only: command semantics live in `store`, command
+//! encoding in `command`. It must never apply an entry twice or out of order.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend};
+use prost::Message;
+use quantykube_raft::{
+    CommandOutcome, LogId, Snapshot, SnapshotFile, SnapshotMeta, StoredMembership, TypeConfig,
+};
+
+use crate::proto::command::Command;
+use crate::store::{RevisionStore, StoreError};
+
+/// Applies the log to one node's revision store.
+#[derive(Clone)]
+pub struct StateMachine {
+    store: Arc<RevisionStore>,
+    snapshot_dir: PathBuf,
+}
+
+impl StateMachine {
+    pub fn new(store: Arc<RevisionStore>, snapshot_dir: PathBuf) -> Self {
+        StateMachine {
+            store,
+            snapshot_dir,
+        }
+    }
+
+    fn apply_normal(&self, log_id: &LogId, payload: &[u8]) -> Result<CommandOutcome, StoreError> {
+        match Command::decode(payload) {
+            Ok(command) => {
+                let result = self.store.apply_command(log_id, &command)?;
+                Ok(CommandOutcome(result.encode_to_vec().into()))
+            }
+            Err(error) => {
+                // Only our own encoder writes commands; an undecodable one changes nothing
+                // and is answered with an empty outcome on every node alike.
+                tracing::error!(%log_id, %error, "undecodable command in the log");
+                self.store.apply_blank(log_id)?;
+                Ok(CommandOutcome::default())
+            }
+        }
+    }
+}
+
+/// Runs blocking store work off the async runtime's worker threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, io::Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(io::Error::other)?
+        .map_err(io::Error::from)
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotFile;
+    type SnapshotBuilder = StateMachine;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        let store = self.store.clone();
+        let applied = blocking(move || crate::store::read_applied(&store)).await?;
+        Ok((applied.last_applied, applied.membership))
+    }
+
+    async fn apply<S>(&mut self, mut entries: S) -> Result<(), io::Error>
+    where
+        S: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        while let Some(item) = entries.next().await {
+            let (entry, responder) = item?;
+            let log_id = entry.log_id;
+            let outcome = match &entry.payload {
+                EntryPayload::Blank => {
+                    self.store.apply_blank(&log_id)?;
+                    CommandOutcome::default()
+                }
+                EntryPayload::Normal(command) => self.apply_normal(&log_id, &command.0)?,
+                EntryPayload::Membership(membership) => {
+                    let stored = StoredMembership::new(Some(log_id), membership.clone());
+                    self.store.apply_membership(&log_id, &stored)?;
+                    CommandOutcome::default()
+                }
+            };
+            if let Some(responder) = responder {
+                responder.send(outcome);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotFile,
+    ) -> Result<(), io::Error> {
+        let store = self.store.clone();
+        let dir = self.snapshot_dir.clone();
+        let expected = meta.clone();
+        blocking(move || {
+            let installed = store.install_snapshot(&snapshot.path)?;
+            if installed.last_log_id != expected.last_log_id {
+                return Err(StoreError::corrupt("snapshot file does not match its meta"));
+            }
+            crate::store::keep_installed_snapshot(&dir, &snapshot.path, &installed)
+        })
+        .await
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        let dir = self.snapshot_dir.clone();
+        let latest = blocking(move || crate::store::latest_snapshot(&dir)).await?;
+        Ok(latest.map(|info| Snapshot {
+            meta: info.meta,
+            snapshot: SnapshotFile { path: info.path },
+        }))
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotFile;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let store = self.store.clone();
+        let dir = self.snapshot_dir.clone();
+        let info = blocking(move || store.build_snapshot(&dir)).await?;
+        Ok(Snapshot {
+            meta: info.meta,
+            snapshot: SnapshotFile { path: info.path },
+        })
+    }
+}

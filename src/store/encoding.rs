@@ -1,0 +1,261 @@
+//! Byte layouts of the revision store's RocksDB keys and values.
+//!
+//! This module owns how user keys, revisions and key versions become RocksDB bytes, so
+//! that the rest of the store never slices raw bytes itself. It must never touch the
+//! database: it only encodes and decodes.
+//!
+//! `kv` column family: `escape(user_key) ++ be(!main_revision)`. Escaping keeps the
+//! byte order of user keys and makes every key's encoding prefix-free; inverting the
+//! revision puts a key's newest version first, so a read at the current revision takes
+//! the first entry of each key and a read at revision `r` seeks to `!r`.
+//!
+//! `history` column family: `be(main_revision) ++ be(sub_revision)` to the change's
+//! kind and user key, in revision order for watch catch-up, compaction and hashing.
+
+use bytes::Bytes;
+
+use super::StoreError;
+
+const ESCAPE: u8 = 0x00;
+const ESCAPED_ZERO: u8 = 0xFF;
+const TERMINATOR: u8 = 0x01;
+const REVISION_LEN: usize = 8;
+
+/// The escaped form of a user key: order-preserving and prefix-free.
+pub fn escape_key(user_key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(user_key.len() + 2 + REVISION_LEN);
+    for &b in user_key {
+        out.push(b);
+        if b == ESCAPE {
+            out.push(ESCAPED_ZERO);
+        }
+    }
+    out.push(ESCAPE);
+    out.push(TERMINATOR);
+    out
+}
+
+/// Decodes an escaped user key (without any revision suffix).
+pub fn unescape_key(escaped: &[u8]) -> Result<Vec<u8>, StoreError> {
+    let mut out = Vec::with_capacity(escaped.len());
+    let mut i = 0;
+    while i < escaped.len() {
+        let b = escaped[i];
+        if b != ESCAPE {
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        match escaped.get(i + 1) {
+            Some(&ESCAPED_ZERO) => {
+                out.push(ESCAPE);
+                i += 2;
+            }
+            Some(&TERMINATOR) if i + 2 == escaped.len() => return Ok(out),
+            _ => return Err(StoreError::corrupt("bad key escape")),
+        }
+    }
+    Err(StoreError::corrupt("unterminated key"))
+}
+
+/// `kv` key of one version of `user_key`, written at `revision`.
+pub fn version_key(escaped: &[u8], revision: i64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(escaped.len() + REVISION_LEN);
+    out.extend_from_slice(escaped);
+    out.extend_from_slice(&(!(revision as u64)).to_be_bytes());
+    out
+}
+
+/// A `kv` key past every version of the escaped key and before the next user key.
+pub fn after_all_versions(escaped: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(escaped.len() + REVISION_LEN + 1);
+    out.extend_from_slice(escaped);
+    out.extend_from_slice(&[0xFF; REVISION_LEN + 1]);
+    out
+}
+
+/// Splits a `kv` key into its escaped user key and its revision.
+pub fn split_version_key(raw: &[u8]) -> Result<(&[u8], i64), StoreError> {
+    if raw.len() < REVISION_LEN + 2 {
+        return Err(StoreError::corrupt("short kv key"));
+    }
+    let (escaped, rev) = raw.split_at(raw.len() - REVISION_LEN);
+    let mut be = [0u8; REVISION_LEN];
+    be.copy_from_slice(rev);
+    Ok((escaped, (!u64::from_be_bytes(be)) as i64))
+}
+
+/// The `kv` bounds `[lower, upper)` covering every user key in `[key, range_end)` as
+/// etcd reads a range: empty `range_end` is the single key, `"\0"` means every key
+/// from `key` on. `upper` is `None` when the range is unbounded above.
+pub fn kv_bounds(key: &[u8], range_end: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
+    let lower = escape_key(key);
+    let upper = if range_end.is_empty() {
+        Some(after_all_versions(&lower))
+    } else if range_end == [0] {
+        None
+    } else {
+        Some(escape_key(range_end))
+    };
+    (lower, upper)
+}
+
+/// `history` key of the change at (`main`, `sub`).
+pub fn history_key(main: i64, sub: u32) -> [u8; 12] {
+    let mut out = [0u8; 12];
+    out[..8].copy_from_slice(&(main as u64).to_be_bytes());
+    out[8..].copy_from_slice(&sub.to_be_bytes());
+    out
+}
+
+/// One stored version of a key: what the `kv` column family holds under
+/// `version_key(key, mod_revision)`. A tombstone marks the key deleted at that revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoredVersion {
+    Live {
+        create_revision: i64,
+        version: i64,
+        lease: i64,
+        value: Bytes,
+    },
+    Tombstone,
+}
+
+const LIVE: u8 = 0;
+const TOMBSTONE: u8 = 1;
+const LIVE_HEADER: usize = 1 + 8 * 3;
+
+impl StoredVersion {
+    /// Tells a tombstone from a live version without decoding the value.
+    pub fn is_tombstone(raw: &[u8]) -> bool {
+        raw.first() == Some(&TOMBSTONE)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            StoredVersion::Tombstone => vec![TOMBSTONE],
+            StoredVersion::Live {
+                create_revision,
+                version,
+                lease,
+                value,
+            } => {
+                let mut out = Vec::with_capacity(LIVE_HEADER + value.len());
+                out.push(LIVE);
+                out.extend_from_slice(&create_revision.to_be_bytes());
+                out.extend_from_slice(&version.to_be_bytes());
+                out.extend_from_slice(&lease.to_be_bytes());
+                out.extend_from_slice(value);
+                out
+            }
+        }
+    }
+
+    pub fn decode(raw: &[u8]) -> Result<Self, StoreError> {
+        match raw.first() {
+            Some(&TOMBSTONE) => Ok(StoredVersion::Tombstone),
+            Some(&LIVE) if raw.len() >= LIVE_HEADER => {
+                let int = |at: usize| {
+                    let mut be = [0u8; 8];
+                    be.copy_from_slice(&raw[at..at + 8]);
+                    i64::from_be_bytes(be)
+                };
+                Ok(StoredVersion::Live {
+                    create_revision: int(1),
+                    version: int(9),
+                    lease: int(17),
+                    value: Bytes::copy_from_slice(&raw[LIVE_HEADER..]),
+                })
+            }
+            _ => Err(StoreError::corrupt("bad version record")),
+        }
+    }
+}
+
+/// What a `history` entry records: a put or a delete of one user key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub deleted: bool,
+    pub key: Vec<u8>,
+}
+
+impl HistoryEntry {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(1 + self.key.len());
+        out.push(if self.deleted { TOMBSTONE } else { LIVE });
+        out.extend_from_slice(&self.key);
+        out
+    }
+
+    pub fn decode(raw: &[u8]) -> Result<Self, StoreError> {
+        match raw.split_first() {
+            Some((&kind, key)) if kind == LIVE || kind == TOMBSTONE => Ok(HistoryEntry {
+                deleted: kind == TOMBSTONE,
+                key: key.to_vec(),
+            }),
+            _ => Err(StoreError::corrupt("bad history record")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_preserves_order_and_round_trips() {
+        let mut keys: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"\0".to_vec(),
+            b"\0\0".to_vec(),
+            b"\0\x01".to_vec(),
+            b"a".to_vec(),
+            b"a\0".to_vec(),
+            b"a\0b".to_vec(),
+            b"a\x01".to_vec(),
+            b"ab".to_vec(),
+            b"b".to_vec(),
+            vec![0xFF],
+            vec![0xFF, 0x00],
+        ];
+        keys.sort();
+        let encoded: Vec<Vec<u8>> = keys.iter().map(|k| escape_key(k)).collect();
+        let mut sorted = encoded.clone();
+        sorted.sort();
+        assert_eq!(encoded, sorted);
+        for (k, e) in keys.iter().zip(&encoded) {
+            assert_eq!(&unescape_key(e).unwrap(), k);
+        }
+    }
+
+    #[test]
+    fn versions_sort_newest_first_and_stay_inside_their_key() {
+        let a = escape_key(b"a");
+        let a0 = escape_key(b"a\0");
+        let k5 = version_key(&a, 5);
+        let k9 = version_key(&a, 9);
+        assert!(k9 < k5);
+        assert!(k5 < after_all_versions(&a));
+        assert!(after_all_versions(&a) < version_key(&a0, i64::MAX));
+        assert_eq!(split_version_key(&k5).unwrap(), (a.as_slice(), 5));
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let live = StoredVersion::Live {
+            create_revision: 3,
+            version: 2,
+            lease: 7,
+            value: Bytes::from_static(b"v"),
+        };
+        assert_eq!(StoredVersion::decode(&live.encode()).unwrap(), live);
+        let dead = StoredVersion::Tombstone;
+        assert_eq!(StoredVersion::decode(&dead.encode()).unwrap(), dead);
+        assert!(StoredVersion::decode(&[9]).is_err());
+        let h = HistoryEntry {
+            deleted: true,
+            key: b"k".to_vec(),
+        };
+        assert_eq!(HistoryEntry::decode(&h.encode()).unwrap(), h);
+    }
+}

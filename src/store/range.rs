@@ -1,0 +1,300 @@
+//! Reading the key space at a revision: etcd's Range, from a RocksDB snapshot.
+//!
+//! This module owns the walk over the `kv` column family and etcd's post-processing of
+//! a Range (revision checks, filters, sorting, limit and `more`, count, keys only). It
+//! holds at most the response in memory: keys are visited in order straight from the
+//! iterator. It must never write.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use rocksdb::{DBRawIterator, ReadOptions, Snapshot};
+
+use super::encoding::{after_all_versions, kv_bounds, split_version_key, unescape_key, version_key};
+use super::encoding::StoredVersion;
+use super::meta::Revisions;
+use super::{RevisionStore, StoreError, CF_KV};
+use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
+use crate::proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
+use crate::proto::mvccpb::KeyValue;
+
+/// Pending changes of a write transaction not yet in RocksDB: user key to its new state
+/// (`None` once deleted). Reads inside the transaction see them over the store.
+pub type Overlay = BTreeMap<Bytes, Option<KeyValue>>;
+
+/// How many `next()` calls to spend skipping a key's older versions before seeking
+/// past them: cheap for keys with few versions, bounded for keys with many.
+const SEQUENTIAL_SKIPS: usize = 4;
+
+/// Reads the `kv` column family either live (the apply path, which is the only writer)
+/// or through a snapshot (client reads, which must see one revision).
+pub struct Reader<'a> {
+    store: &'a RevisionStore,
+    snapshot: Option<&'a Snapshot<'a>>,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(store: &'a RevisionStore, snapshot: &'a Snapshot<'a>) -> Self {
+        Reader {
+            store,
+            snapshot: Some(snapshot),
+        }
+    }
+
+    pub fn live(store: &'a RevisionStore) -> Self {
+        Reader {
+            store,
+            snapshot: None,
+        }
+    }
+
+    fn iterator(&self, upper: Option<Vec<u8>>) -> Result<DBRawIterator<'a>, StoreError> {
+        let mut opts = ReadOptions::default();
+        if let Some(s) = self.snapshot {
+            opts.set_snapshot(s);
+        }
+        if let Some(upper) = upper {
+            opts.set_iterate_upper_bound(upper);
+        }
+        Ok(self.store.db.raw_iterator_cf_opt(self.store.cf(CF_KV)?, opts))
+    }
+
+    /// Visits, in key order, every key in `[key, range_end)` (etcd's range conventions)
+    /// that is live at revision `at`, with its version record. `visit` returns false to
+    /// stop early.
+    pub fn scan(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        at: i64,
+        mut visit: impl FnMut(&[u8], i64, &[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let (lower, upper) = kv_bounds(key, range_end);
+        if upper.as_ref().is_some_and(|u| *u <= lower) {
+            return Ok(());
+        }
+        let mut it = self.iterator(upper)?;
+        it.seek(&lower);
+        while it.valid() {
+            let Some(raw) = it.key() else { break };
+            let (escaped, revision) = split_version_key(raw)?;
+            let escaped = escaped.to_vec();
+            let mut revision = revision;
+            if revision > at {
+                it.seek(version_key(&escaped, at));
+                match it.key().map(split_version_key).transpose()? {
+                    Some((e, r)) if e == escaped.as_slice() => revision = r,
+                    _ => continue,
+                }
+            }
+            let value = it.value().unwrap_or_default();
+            if !StoredVersion::is_tombstone(value) && !visit(&escaped, revision, value)? {
+                return it.status().map_err(StoreError::from);
+            }
+            skip_versions(&mut it, &escaped);
+        }
+        it.status().map_err(StoreError::from)
+    }
+
+    /// The version of `key` live at revision `at`, if any.
+    pub fn get(&self, key: &[u8], at: i64) -> Result<Option<KeyValue>, StoreError> {
+        let mut found = None;
+        self.scan(key, &[], at, |escaped, revision, raw| {
+            found = Some(key_value(escaped, revision, raw, true)?);
+            Ok(false)
+        })?;
+        Ok(found)
+    }
+}
+
+fn skip_versions(it: &mut DBRawIterator<'_>, escaped: &[u8]) {
+    for _ in 0..SEQUENTIAL_SKIPS {
+        it.next();
+        match it.key() {
+            Some(k) if k.len() == escaped.len() + 8 && k.starts_with(escaped) => continue,
+            _ => return,
+        }
+    }
+    it.seek(after_all_versions(escaped));
+}
+
+/// Builds the client-facing record of one stored version.
+pub fn key_value(
+    escaped: &[u8],
+    mod_revision: i64,
+    raw: &[u8],
+    with_value: bool,
+) -> Result<KeyValue, StoreError> {
+    match StoredVersion::decode(raw)? {
+        StoredVersion::Tombstone => Err(StoreError::corrupt("tombstone read as live")),
+        StoredVersion::Live {
+            create_revision,
+            version,
+            lease,
+            value,
+        } => Ok(KeyValue {
+            key: Bytes::from(unescape_key(escaped)?),
+            create_revision,
+            mod_revision,
+            version,
+            value: if with_value { value } else { Bytes::new() },
+            lease,
+        }),
+    }
+}
+
+/// The revision a read at `requested` (0 = current) is served at, as etcd checks it.
+pub fn read_revision(revisions: Revisions, requested: i64) -> Result<i64, StoreError> {
+    if requested > revisions.current {
+        return Err(StoreError::FutureRevision);
+    }
+    let at = if requested <= 0 {
+        revisions.current
+    } else {
+        requested
+    };
+    if at < revisions.compacted {
+        return Err(StoreError::Compacted);
+    }
+    Ok(at)
+}
+
+/// True when `key` lies in the range etcd means by (`start`, `range_end`).
+pub fn in_range(key: &[u8], start: &[u8], range_end: &[u8]) -> bool {
+    if range_end.is_empty() {
+        key == start
+    } else if range_end == [0] {
+        key >= start
+    } else {
+        key >= start && key < range_end
+    }
+}
+
+/// etcd's Range over `reader` at the store's `revisions`, seeing `overlay` when given.
+pub fn range(
+    reader: &Reader<'_>,
+    revisions: Revisions,
+    req: &RangeRequest,
+    overlay: Option<&Overlay>,
+) -> Result<RangeResponse, StoreError> {
+    let at = read_revision(revisions, req.revision)?;
+    let sort_order = effective_sort_order(req);
+    let filtered = req.min_mod_revision != 0
+        || req.max_mod_revision != 0
+        || req.min_create_revision != 0
+        || req.max_create_revision != 0;
+    // An explicit order and the filters need every key; otherwise one extra key tells
+    // `more`. As in etcd, a non-key target without an order sorts only what it fetched.
+    let ordered = SortOrder::try_from(req.sort_order).unwrap_or(SortOrder::None) != SortOrder::None;
+    let fetch_limit = if ordered || filtered || req.limit <= 0 {
+        usize::MAX
+    } else {
+        usize::try_from(req.limit).unwrap_or(usize::MAX).saturating_add(1)
+    };
+    // Sorting by value needs values even when the response will carry none.
+    let with_value =
+        !req.keys_only || req.sort_target() == SortTarget::Value && sort_order != SortOrder::None;
+    let pending: Vec<(&Bytes, &Option<KeyValue>)> = overlay
+        .map(|o| {
+            o.iter()
+                .filter(|(k, _)| in_range(k, &req.key, &req.range_end))
+                .collect()
+        })
+        .unwrap_or_default();
+
+    let (mut kvs, count) = if pending.is_empty() {
+        let mut kvs = Vec::new();
+        let mut count: i64 = 0;
+        reader.scan(&req.key, &req.range_end, at, |escaped, revision, raw| {
+            count += 1;
+            if !req.count_only && kvs.len() < fetch_limit {
+                kvs.push(key_value(escaped, revision, raw, with_value)?);
+            }
+            Ok(true)
+        })?;
+        (kvs, count)
+    } else {
+        let mut merged: BTreeMap<Bytes, KeyValue> = BTreeMap::new();
+        reader.scan(&req.key, &req.range_end, at, |escaped, revision, raw| {
+            let kv = key_value(escaped, revision, raw, with_value)?;
+            merged.insert(kv.key.clone(), kv);
+            Ok(true)
+        })?;
+        for (key, state) in pending {
+            match state {
+                Some(kv) => {
+                    merged.insert(key.clone(), kv.clone());
+                }
+                None => {
+                    merged.remove(key);
+                }
+            }
+        }
+        let count = i64::try_from(merged.len()).unwrap_or(i64::MAX);
+        let kvs = if req.count_only {
+            Vec::new()
+        } else {
+            merged.into_values().take(fetch_limit).collect()
+        };
+        (kvs, count)
+    };
+
+    kvs.retain(|kv| {
+        (req.max_mod_revision == 0 || kv.mod_revision <= req.max_mod_revision)
+            && (req.min_mod_revision == 0 || kv.mod_revision >= req.min_mod_revision)
+            && (req.max_create_revision == 0 || kv.create_revision <= req.max_create_revision)
+            && (req.min_create_revision == 0 || kv.create_revision >= req.min_create_revision)
+    });
+    sort(&mut kvs, req.sort_target(), sort_order);
+    let mut more = false;
+    if let Ok(limit) = usize::try_from(req.limit) {
+        if limit > 0 && kvs.len() > limit {
+            kvs.truncate(limit);
+            more = true;
+        }
+    }
+    if req.keys_only {
+        for kv in &mut kvs {
+            kv.value = Bytes::new();
+        }
+    }
+    Ok(RangeResponse {
+        header: Some(ResponseHeader {
+            revision: revisions.current,
+            ..Default::default()
+        }),
+        kvs,
+        more,
+        count,
+    })
+}
+
+/// etcd sorts ascending when a non-key target is given without an order, because keys
+/// already come in ascending key order.
+fn effective_sort_order(req: &RangeRequest) -> SortOrder {
+    let order = SortOrder::try_from(req.sort_order).unwrap_or(SortOrder::None);
+    let target = SortTarget::try_from(req.sort_target).unwrap_or(SortTarget::Key);
+    if order == SortOrder::None && target != SortTarget::Key {
+        SortOrder::Ascend
+    } else {
+        order
+    }
+}
+
+fn sort(kvs: &mut [KeyValue], target: SortTarget, order: SortOrder) {
+    let compare = |a: &KeyValue, b: &KeyValue| -> Ordering {
+        match target {
+            SortTarget::Key => a.key.cmp(&b.key),
+            SortTarget::Version => a.version.cmp(&b.version),
+            SortTarget::Create => a.create_revision.cmp(&b.create_revision),
+            SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
+            SortTarget::Value => a.value.cmp(&b.value),
+        }
+    };
+    match order {
+        SortOrder::None => {}
+        SortOrder::Ascend => kvs.sort_by(compare),
+        SortOrder::Descend => kvs.sort_by(|a, b| compare(b, a)),
+    }
+}

@@ -1,0 +1,438 @@
+//! The revision store against etcd's documented MVCC behaviour, without raft.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use openraft::vote::leader_id_adv::LeaderId;
+use quantykube_raft::LogId;
+
+use super::*;
+use crate::proto::command::command::Request as C;
+use crate::proto::command::command_error::Kind;
+use crate::proto::command::command_result::Result as R;
+use crate::proto::command::Command;
+use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
+use crate::proto::etcdserverpb::request_op::Request as Op;
+use crate::proto::etcdserverpb::response_op::Response as OpResponse;
+use crate::proto::etcdserverpb::*;
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    store: Arc<RevisionStore>,
+    index: u64,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open_database(&dir.path().join("db"), &[]).unwrap();
+        Harness {
+            store: Arc::new(RevisionStore::new(db).unwrap()),
+            _dir: dir,
+            index: 0,
+        }
+    }
+
+    fn apply(&mut self, request: C) -> R {
+        self.index += 1;
+        let log_id = LogId::new(LeaderId { term: 1, node_id: 1 }, self.index);
+        let command = Command {
+            request: Some(request),
+        };
+        self.store
+            .apply_command(&log_id, &command)
+            .unwrap()
+            .result
+            .unwrap()
+    }
+
+    fn put(&mut self, key: &str, value: &str) -> PutResponse {
+        match self.apply(C::Put(PutRequest {
+            key: b(key),
+            value: b(value),
+            prev_kv: true,
+            ..Default::default()
+        })) {
+            R::Put(p) => p,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn delete(&mut self, key: &str, end: &str) -> DeleteRangeResponse {
+        match self.apply(C::DeleteRange(DeleteRangeRequest {
+            key: b(key),
+            range_end: b(end),
+            prev_kv: true,
+        })) {
+            R::DeleteRange(d) => d,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn range(&self, req: RangeRequest) -> Result<RangeResponse, StoreError> {
+        self.store.range(&req)
+    }
+
+    fn get(&self, key: &str) -> Option<crate::proto::mvccpb::KeyValue> {
+        self.range(RangeRequest {
+            key: b(key),
+            ..Default::default()
+        })
+        .unwrap()
+        .kvs
+        .pop()
+    }
+
+    fn keys(&self, req: RangeRequest) -> Vec<String> {
+        self.range(req)
+            .unwrap()
+            .kvs
+            .iter()
+            .map(|kv| String::from_utf8(kv.key.to_vec()).unwrap())
+            .collect()
+    }
+}
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+fn revision(h: &Option<ResponseHeader>) -> i64 {
+    h.as_ref().unwrap().revision
+}
+
+#[test]
+fn revisions_versions_and_recreation_follow_etcd() {
+    let mut h = Harness::new();
+    assert_eq!(h.store.current_revision().unwrap(), 1);
+    let p = h.put("a", "1");
+    assert_eq!(revision(&p.header), 2);
+    assert!(p.prev_kv.is_none());
+    let p = h.put("a", "2");
+    assert_eq!(revision(&p.header), 3);
+    assert_eq!(p.prev_kv.unwrap().value, b("1"));
+    let kv = h.get("a").unwrap();
+    assert_eq!((kv.create_revision, kv.mod_revision, kv.version), (2, 3, 2));
+
+    let d = h.delete("a", "");
+    assert_eq!((d.deleted, revision(&d.header)), (1, 4));
+    assert_eq!(d.prev_kvs[0].value, b("2"));
+    // Deleting nothing changes nothing, not even the revision.
+    let d = h.delete("a", "");
+    assert_eq!((d.deleted, revision(&d.header)), (0, 4));
+    assert_eq!(h.store.current_revision().unwrap(), 4);
+
+    h.put("a", "3");
+    let kv = h.get("a").unwrap();
+    assert_eq!((kv.create_revision, kv.mod_revision, kv.version), (5, 5, 1));
+
+    // Time travel.
+    let at = |rev| {
+        h.range(RangeRequest {
+            key: b("a"),
+            revision: rev,
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    assert_eq!(at(2).kvs[0].value, b("1"));
+    assert_eq!(at(3).kvs[0].version, 2);
+    assert!(at(4).kvs.is_empty());
+    assert_eq!(revision(&at(2).header), 5, "header carries the current revision");
+    assert!(matches!(
+        h.range(RangeRequest {
+            key: b("a"),
+            revision: 6,
+            ..Default::default()
+        }),
+        Err(StoreError::FutureRevision)
+    ));
+}
+
+#[test]
+fn ranges_limits_counts_sorting_and_filters() {
+    let mut h = Harness::new();
+    for (k, v) in [("a", "3"), ("b", "1"), ("c", "2"), ("d", "0"), ("e\0x", "9")] {
+        h.put(k, v);
+    }
+    h.put("b", "1b");
+    let all = |end: &str| RangeRequest {
+        key: b("a"),
+        range_end: b(end),
+        ..Default::default()
+    };
+    assert_eq!(h.keys(all("c")), ["a", "b"]);
+    assert_eq!(h.keys(all("\0")), ["a", "b", "c", "d", "e\0x"]);
+    assert_eq!(
+        h.keys(RangeRequest {
+            key: b("e"),
+            range_end: b("f"),
+            ..Default::default()
+        }),
+        ["e\0x"]
+    );
+
+    let limited = h
+        .range(RangeRequest {
+            limit: 2,
+            ..all("\0")
+        })
+        .unwrap();
+    assert_eq!((limited.kvs.len(), limited.more, limited.count), (2, true, 5));
+    let exact = h
+        .range(RangeRequest {
+            limit: 5,
+            ..all("\0")
+        })
+        .unwrap();
+    assert!(!exact.more);
+
+    let counted = h
+        .range(RangeRequest {
+            count_only: true,
+            ..all("\0")
+        })
+        .unwrap();
+    assert_eq!((counted.kvs.len(), counted.count), (0, 5));
+    let keys_only = h
+        .range(RangeRequest {
+            keys_only: true,
+            ..all("\0")
+        })
+        .unwrap();
+    assert!(keys_only.kvs.iter().all(|kv| kv.value.is_empty()));
+
+    let by_value_desc = h.keys(RangeRequest {
+        sort_target: SortTarget::Value as i32,
+        sort_order: SortOrder::Descend as i32,
+        keys_only: true,
+        ..all("\0")
+    });
+    assert_eq!(by_value_desc, ["e\0x", "a", "c", "b", "d"]);
+    // A target without an order sorts ascending, as etcd does.
+    let by_mod = h.keys(RangeRequest {
+        sort_target: SortTarget::Mod as i32,
+        ..all("\0")
+    });
+    assert_eq!(by_mod, ["a", "c", "d", "e\0x", "b"]);
+
+    let filtered = h
+        .range(RangeRequest {
+            min_mod_revision: 4,
+            max_create_revision: 5,
+            limit: 1,
+            ..all("\0")
+        })
+        .unwrap();
+    assert_eq!(filtered.kvs[0].key, b("b"));
+    assert!(filtered.more);
+    assert_eq!(filtered.count, 5, "count ignores filters");
+}
+
+fn compare(key: &str, target: CompareTarget, result: CompareResult, value: TargetUnion) -> Compare {
+    Compare {
+        key: b(key),
+        target: target as i32,
+        result: result as i32,
+        target_union: Some(value),
+        range_end: Bytes::new(),
+    }
+}
+
+fn op(request: Op) -> RequestOp {
+    RequestOp {
+        request: Some(request),
+    }
+}
+
+#[test]
+fn transactions_take_one_revision_and_see_their_own_writes() {
+    let mut h = Harness::new();
+    h.put("k", "v");
+    let txn = TxnRequest {
+        compare: vec![compare(
+            "k",
+            CompareTarget::Mod,
+            CompareResult::Equal,
+            TargetUnion::ModRevision(2),
+        )],
+        success: vec![
+            op(Op::RequestPut(PutRequest {
+                key: b("k"),
+                value: b("w"),
+                ..Default::default()
+            })),
+            op(Op::RequestPut(PutRequest {
+                key: b("other"),
+                value: b("x"),
+                ..Default::default()
+            })),
+            op(Op::RequestRange(RangeRequest {
+                key: b("k"),
+                range_end: b("z"),
+                ..Default::default()
+            })),
+            op(Op::RequestTxn(TxnRequest {
+                // Decided before the transaction ran: "other" did not exist then.
+                compare: vec![compare(
+                    "other",
+                    CompareTarget::Version,
+                    CompareResult::Equal,
+                    TargetUnion::Version(0),
+                )],
+                success: vec![op(Op::RequestDeleteRange(DeleteRangeRequest {
+                    key: b("other"),
+                    ..Default::default()
+                }))],
+                failure: vec![],
+            })),
+        ],
+        failure: vec![],
+    };
+    let R::Txn(resp) = h.apply(C::Txn(txn)) else {
+        panic!()
+    };
+    assert!(resp.succeeded);
+    assert_eq!(revision(&resp.header), 3);
+    let Some(OpResponse::ResponseRange(r)) = &resp.responses[2].response else {
+        panic!()
+    };
+    assert_eq!(r.kvs.len(), 2);
+    assert_eq!(r.kvs[0].value, b("w"));
+    assert_eq!(revision(&r.header), 3);
+    let Some(OpResponse::ResponseTxn(nested)) = &resp.responses[3].response else {
+        panic!()
+    };
+    assert!(nested.succeeded);
+    assert!(h.get("other").is_none());
+    assert_eq!(h.get("k").unwrap().version, 2);
+    assert_eq!(h.store.current_revision().unwrap(), 3);
+
+    // The failure branch, and a value compare on a missing key failing.
+    let txn = TxnRequest {
+        compare: vec![compare(
+            "missing",
+            CompareTarget::Value,
+            CompareResult::NotEqual,
+            TargetUnion::Value(b("x")),
+        )],
+        success: vec![],
+        failure: vec![op(Op::RequestRange(RangeRequest {
+            key: b("k"),
+            ..Default::default()
+        }))],
+    };
+    let R::Txn(resp) = h.apply(C::Txn(txn)) else {
+        panic!()
+    };
+    assert!(!resp.succeeded);
+    assert_eq!(revision(&resp.header), 3, "a read-only branch adds no revision");
+}
+
+#[test]
+fn failed_requests_change_nothing() {
+    let mut h = Harness::new();
+    let r = h.apply(C::Put(PutRequest {
+        key: b("k"),
+        ignore_value: true,
+        ..Default::default()
+    }));
+    assert!(matches!(r, R::Error(e) if e.kind() == Kind::KeyNotFound));
+    let r = h.apply(C::Put(PutRequest {
+        key: b("k"),
+        lease: 7,
+        ..Default::default()
+    }));
+    assert!(matches!(r, R::Error(e) if e.kind() == Kind::LeaseNotFound));
+    assert_eq!(h.store.current_revision().unwrap(), 1);
+
+    h.put("k", "v");
+    let r = h.apply(C::Put(PutRequest {
+        key: b("k"),
+        value: b("w"),
+        ignore_lease: true,
+        ..Default::default()
+    }));
+    assert!(matches!(r, R::Put(_)));
+    let r = h.apply(C::Put(PutRequest {
+        key: b("k"),
+        ignore_value: true,
+        ..Default::default()
+    }));
+    assert!(matches!(r, R::Put(_)));
+    assert_eq!(h.get("k").unwrap().value, b("w"));
+}
+
+#[test]
+fn compaction_refuses_old_reads_and_keeps_the_live_version() {
+    let mut h = Harness::new();
+    h.put("a", "1"); // 2
+    h.put("a", "2"); // 3
+    h.put("gone", "x"); // 4
+    h.delete("gone", ""); // 5
+    h.put("b", "1"); // 6
+    let compact = |h: &mut Harness, revision| {
+        h.apply(C::Compaction(CompactionRequest {
+            revision,
+            physical: true,
+        }))
+    };
+    assert!(matches!(compact(&mut h, 7), R::Error(e) if e.kind() == Kind::FutureRevision));
+    assert!(matches!(compact(&mut h, 5), R::Compaction(_)));
+    assert!(matches!(compact(&mut h, 5), R::Error(e) if e.kind() == Kind::Compacted));
+    assert!(matches!(compact(&mut h, 4), R::Error(e) if e.kind() == Kind::Compacted));
+    assert!(matches!(
+        h.range(RangeRequest {
+            key: b("a"),
+            revision: 4,
+            ..Default::default()
+        }),
+        Err(StoreError::Compacted)
+    ));
+    let at5 = h
+        .range(RangeRequest {
+            key: b("\0"),
+            range_end: b("\0"),
+            revision: 5,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(at5.kvs.len(), 1);
+    assert_eq!(at5.kvs[0].value, b("2"));
+    assert_eq!(h.keys(RangeRequest {
+        key: b("\0"),
+        range_end: b("\0"),
+        ..Default::default()
+    }), ["a", "b"]);
+    // Physically, only the live versions remain.
+    let kv = h.store.cf(CF_KV).unwrap();
+    assert_eq!(h.store.db.iterator_cf(kv, rocksdb::IteratorMode::Start).count(), 2);
+}
+
+#[test]
+fn a_snapshot_reproduces_the_store() {
+    let mut h = Harness::new();
+    h.put("a", "1");
+    h.put("b", "2");
+    h.delete("a", "");
+    let dir = tempfile::tempdir().unwrap();
+    let info = h.store.build_snapshot(dir.path()).unwrap();
+    let other = Harness::new();
+    other.store.install_snapshot(&info.path).unwrap();
+    assert_eq!(other.store.current_revision().unwrap(), 4);
+    assert_eq!(other.get("b").unwrap().mod_revision, 3);
+    assert_eq!(
+        other
+            .range(RangeRequest {
+                key: b("a"),
+                revision: 2,
+                ..Default::default()
+            })
+            .unwrap()
+            .kvs[0]
+            .value,
+        b("1")
+    );
+    assert_eq!(latest_snapshot(dir.path()).unwrap().unwrap().path, info.path);
+}

@@ -1,0 +1,17 @@
+//! End-to-end tests against real server processes: QuantyKube by default, or etcd
+//! with `QK_TEST_TARGET=etcd` (see `harness.rs`). One test binary for all modules.
+
+mod harness;
+mod raw;
+
+mod cluster_info;
+mod differential;
+mod etcdctl;
+mod kv_compact;
+mod kv_delete;
+mod kv_put;
+mod kv_range;
+mod kv_txn;
+mod request_limits;
+mod revisions;
+mod three_node;
