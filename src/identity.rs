@@ -44,7 +44,10 @@ mod tests {
         let b = member_id(&["http://a:2380".into(), "http://b:2380".into()], "t");
         assert_eq!(a, b);
         assert_ne!(a, member_id(&["http://a:2380".into()], "t"));
-        assert_ne!(a, member_id(&["http://a:2380".into(), "http://b:2380".into()], "u"));
+        assert_ne!(
+            a,
+            member_id(&["http://a:2380".into(), "http://b:2380".into()], "u")
+        );
         assert_eq!(cluster_id([1, 2, 3]), cluster_id([3, 1, 2]));
     }
 

@@ -122,8 +122,8 @@ impl Node {
             .write(RaftCommand(encoded.into()))
             .await
             .map_err(status::from_write)?;
-        let result = CommandResult::decode(outcome.0)
-            .map_err(|e| status::internal("decode outcome", &e))?;
+        let result =
+            CommandResult::decode(outcome.0).map_err(|e| status::internal("decode outcome", &e))?;
         match result.result {
             Some(Outcome::Error(error)) => Err(status::from_command_error(error.kind())),
             other => Ok(other),
@@ -167,7 +167,10 @@ impl Node {
 async fn bind_all(urls: &[Url]) -> Result<Vec<(String, TcpListener)>, NodeError> {
     let mut listeners = Vec::new();
     for url in urls {
-        let host = url.host_str().unwrap_or("localhost").trim_matches(['[', ']']);
+        let host = url
+            .host_str()
+            .unwrap_or("localhost")
+            .trim_matches(['[', ']']);
         let port = url.port_or_known_default().unwrap_or(2379);
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
             .await
@@ -264,7 +267,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         id,
         name: config.name.clone(),
         cluster_id,
-        client_urls: config.advertise_client_urls.iter().map(|u| u.to_string()).collect(),
+        client_urls: config
+            .advertise_client_urls
+            .iter()
+            .map(|u| u.to_string())
+            .collect(),
         store: revision_store,
         raft: raft.clone(),
         client,
@@ -289,8 +296,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     };
 
+    // Bind every listener first, so that a port conflict stops startup at once.
+    let peer_listeners = bind_all(&config.listen_peer_urls).await?;
+    let client_listeners = bind_all(&config.listen_client_urls).await?;
     let mut servers = tokio::task::JoinSet::new();
-    for (url, listener) in bind_all(&config.listen_peer_urls).await? {
+    for (url, listener) in peer_listeners {
         tracing::info!(%url, "serving peers");
         let peer_service = PeerService::new(raft.clone(), snapshot_dir.join("incoming"))?;
         let router = tonic::transport::Server::builder().add_service(peer_service.into_service());
@@ -302,23 +312,31 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         });
     }
     let (health, health_service) = tonic_health::server::health_reporter();
-    for (url, listener) in bind_all(&config.listen_client_urls).await? {
-        tracing::info!(%url, "serving clients");
-        let router = api::client_router(node.clone(), health_service.clone());
-        let stop = stopped();
-        servers.spawn(async move {
-            router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
-                .await
-        });
-    }
     tokio::spawn(api::health::track_leader(raft.clone(), health));
-    tokio::spawn(node.clone().publish_attributes());
 
-    tokio::select! {
-        () = shutdown => tracing::info!("shutting down"),
-        Some(result) = servers.join_next() => {
-            tracing::error!(?result, "a server stopped unexpectedly");
+    // Like etcd, serve clients only once this member has published its name and client
+    // URLs to the cluster, so that MemberList never shows a serving member as unstarted.
+    tokio::pin!(shutdown);
+    let published = tokio::select! {
+        () = &mut shutdown => false,
+        () = node.clone().publish_attributes() => true,
+    };
+    if published {
+        for (url, listener) in client_listeners {
+            tracing::info!(%url, "serving clients");
+            let router = api::client_router(node.clone(), health_service.clone());
+            let stop = stopped();
+            servers.spawn(async move {
+                router
+                    .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
+                    .await
+            });
+        }
+        tokio::select! {
+            () = &mut shutdown => tracing::info!("shutting down"),
+            Some(result) = servers.join_next() => {
+                tracing::error!(?result, "a server stopped unexpectedly");
+            }
         }
     }
     let _ = stop_tx.send(true);

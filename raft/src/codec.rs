@@ -48,3 +48,21 @@ impl From<CodecError> for tonic::Status {
         tonic::Status::invalid_argument(e.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_trailing_bytes() {
+        let bytes = encode("pair", &(7u64, "seven")).unwrap();
+        assert_eq!(
+            decode::<(u64, String)>("pair", &bytes).unwrap(),
+            (7, "seven".to_owned())
+        );
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode::<(u64, String)>("pair", &longer).is_err());
+        assert!(decode::<(u64, String)>("pair", &bytes[..2]).is_err());
+    }
+}

@@ -100,15 +100,13 @@ enum CallError {
 }
 
 impl PeerConnection {
-    /// Runs one unary call within `option`'s deadline, discarding the channel if the call
-    /// fails so that the next one re-dials.
-    async fn unary<Resp, F, Fut>(&self, option: &RPCOption, call: F) -> Result<Resp, CallError>
+    /// Runs one unary call within `ttl`, discarding the channel if the call fails so that
+    /// the next one re-dials.
+    async fn unary<Resp, F, Fut>(&self, ttl: Duration, call: F) -> Result<Resp, CallError>
     where
         F: FnOnce(PeerClient<Channel>, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
-        // openraft may drop the call at hard_ttl; answer with our own timeout before that.
-        let ttl = option.soft_ttl();
         let deadline = Instant::now() + ttl;
         let pooled = self.dial(deadline, ttl).await?;
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -190,14 +188,14 @@ impl PeerConnection {
         let action = RPCTypes::Vote;
         let request = self.encode(action, "vote request", &rpc)?;
         let response = if pre_vote {
-            self.unary(&option, |mut c, t| async move {
+            self.unary(option.soft_ttl(), |mut c, t| async move {
                 c.request_pre_vote(with_timeout(pb::RequestPreVoteRequest { request }, t))
                     .await
             })
             .await
             .map(|r| r.response)
         } else {
-            self.unary(&option, |mut c, t| async move {
+            self.unary(option.soft_ttl(), |mut c, t| async move {
                 c.request_vote(with_timeout(pb::RequestVoteRequest { request }, t))
                     .await
             })
@@ -304,9 +302,11 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let action = RPCTypes::AppendEntries;
+        let has_entries = !rpc.entries.is_empty();
         let request = self.encode(action, "append entries request", &rpc)?;
+        let ttl = append_entries_deadline(option.soft_ttl(), has_entries, request.len());
         let bytes = self
-            .unary(&option, |mut c, t| async move {
+            .unary(ttl, |mut c, t| async move {
                 c.append_entries(with_timeout(pb::AppendEntriesRequest { request }, t))
                     .await
             })
@@ -352,7 +352,7 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         let action = RPCTypes::TransferLeader;
         let request = self.encode(action, "transfer leader request", &req)?;
         let bytes = self
-            .unary(&option, |mut c, t| async move {
+            .unary(option.soft_ttl(), |mut c, t| async move {
                 c.transfer_leader(with_timeout(pb::TransferLeaderRequest { request }, t))
                     .await
             })
@@ -362,6 +362,30 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         self.decode(action, "transfer leader response", &bytes)
     }
 }
+
+/// Deadline of one AppendEntries call.
+///
+/// openraft gives every AppendEntries one heartbeat interval, and its replication loop
+/// adds no deadline of its own. That suits heartbeats (no entries), which are how a
+/// hung connection is noticed, and they keep it. A call carrying entries also waits for
+/// the follower's fsync and may carry up to `MAX_PAYLOAD_ENTRIES` large commands: with
+/// a heartbeat-sized deadline it would time out on every retry and replication would
+/// never progress, so its deadline grows with its size.
+fn append_entries_deadline(soft_ttl: Duration, has_entries: bool, encoded_len: usize) -> Duration {
+    if !has_entries {
+        return soft_ttl;
+    }
+    let transfer =
+        Duration::from_secs_f64(encoded_len as f64 / MIN_REPLICATION_BYTES_PER_SEC as f64);
+    soft_ttl.max(MIN_APPEND_DEADLINE) + transfer
+}
+
+/// Least time granted to an AppendEntries that carries entries (covers the follower's
+/// fsync on a slow disk).
+const MIN_APPEND_DEADLINE: Duration = Duration::from_secs(1);
+
+/// Slowest link AppendEntries deadlines allow for.
+const MIN_REPLICATION_BYTES_PER_SEC: u64 = 8 * 1024 * 1024;
 
 fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
@@ -448,5 +472,19 @@ impl ChunkReader {
             chunk: Bytes::from(buf),
             ..Default::default()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeats_keep_the_tight_deadline_and_payloads_get_room() {
+        let soft = Duration::from_millis(75);
+        assert_eq!(append_entries_deadline(soft, false, 100), soft);
+        assert_eq!(append_entries_deadline(soft, true, 0), MIN_APPEND_DEADLINE);
+        let big = append_entries_deadline(soft, true, 96 * 1024 * 1024);
+        assert_eq!(big, MIN_APPEND_DEADLINE + Duration::from_secs(12));
     }
 }

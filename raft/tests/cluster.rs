@@ -302,6 +302,11 @@ fn cmd(s: &str) -> Command {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_elect_forward_read_fail_over_and_catch_up_by_snapshot() {
+    // RUST_LOG=quantykube_raft=debug shows the peer traffic when this fails.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     tokio::time::timeout(Duration::from_secs(60), scenario())
         .await
         .expect("scenario took too long");
@@ -318,14 +323,7 @@ async fn scenario() {
     }
     let mut nodes = Vec::new();
     for (id, listener) in listeners {
-        nodes.push(
-            start_node(
-                id,
-                listener,
-                dir.path().join(format!("n{id}")),
-            )
-            .await,
-        );
+        nodes.push(start_node(id, listener, dir.path().join(format!("n{id}"))).await);
     }
     nodes[0].raft.initialize(members.clone()).await.unwrap();
 
@@ -398,14 +396,15 @@ async fn scenario() {
     assert_eq!(leader, target);
     let li = nodes.iter().position(|n| n.id == leader).unwrap();
 
-    // 6. Kill the leader: the other two voters elect a new one, and writes (even through
-    //    the learner) succeed again.
+    // 6. Kill the leader and write through the learner at once: the write finds the old
+    //    leader gone (dial fails, so it is certainly not proposed), waits for the other
+    //    two voters to elect a new leader, and lands there.
     nodes[li].kill().await;
+    let out = nodes[3].client.write(cmd("after failover")).await.unwrap();
+    assert_eq!(out.0, Bytes::from(format!("applied #{}", 2 + 30 + 1)));
     let survivors: Vec<&Node> = nodes[..3].iter().filter(|n| n.id != leader).collect();
     let new_leader = wait_for_leader(&survivors, Some(leader)).await;
     assert_ne!(new_leader, leader);
-    let out = nodes[3].client.write(cmd("after failover")).await.unwrap();
-    assert_eq!(out.0, Bytes::from(format!("applied #{}", 2 + 30 + 1)));
     let follower = survivors.iter().find(|n| n.id != new_leader).unwrap();
     follower
         .client
@@ -431,4 +430,29 @@ async fn scenario() {
             node.kill().await;
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_leader_reports_no_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let (listener, _url) = listen().await;
+    let mut node = start_node(1, listener, dir.path().join("n1")).await;
+    let options = RaftClientOptions {
+        request_timeout: Duration::from_millis(300),
+        retry_interval: Duration::from_millis(50),
+    };
+    let client = RaftClient::new(node.raft.clone(), PeerChannels::tcp(), options);
+    assert_eq!(
+        client.write(cmd("lost")).await,
+        Err(quantykube_raft::WriteError::NoLeader)
+    );
+    assert_eq!(
+        client.read_barrier().await,
+        Err(quantykube_raft::ReadError::NoLeader)
+    );
+    node.kill().await;
+    assert!(matches!(
+        client.write(cmd("stopped")).await,
+        Err(quantykube_raft::WriteError::Stopped(_))
+    ));
 }

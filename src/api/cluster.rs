@@ -56,12 +56,19 @@ impl Cluster for ClusterService {
             self.node.read_barrier().await?;
         }
         let members = Self::members(&self.node)?;
-        let revision = self.node.store().current_revision().map_err(super::status::from_store)?;
+        let revision = self
+            .node
+            .store()
+            .current_revision()
+            .map_err(super::status::from_store)?;
         Ok(Response::new(MemberListResponse {
-            header: Some(self.node.header_from(Some(crate::proto::etcdserverpb::ResponseHeader {
-                revision,
-                ..Default::default()
-            }))),
+            header: Some(
+                self.node
+                    .header_from(Some(crate::proto::etcdserverpb::ResponseHeader {
+                        revision,
+                        ..Default::default()
+                    })),
+            ),
             members,
         }))
     }

@@ -19,7 +19,9 @@ pub async fn track_leader(raft: Raft<StateMachine>, reporter: HealthReporter) {
         };
         reporter.set_service_status("", status).await;
         if metrics.changed().await.is_err() {
-            reporter.set_service_status("", ServingStatus::NotServing).await;
+            reporter
+                .set_service_status("", ServingStatus::NotServing)
+                .await;
             return;
         }
     }

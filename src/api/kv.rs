@@ -35,7 +35,10 @@ fn unexpected(outcome: Option<Outcome>) -> Status {
 
 #[tonic::async_trait]
 impl Kv for KvService {
-    async fn range(&self, request: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+    async fn range(
+        &self,
+        request: Request<RangeRequest>,
+    ) -> Result<Response<RangeResponse>, Status> {
         let req = request.into_inner();
         validate::range(&req)?;
         if !req.serializable {

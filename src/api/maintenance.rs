@@ -24,7 +24,11 @@ impl MaintenanceService {
     }
 
     fn header(&self) -> Result<ResponseHeader, Status> {
-        let revision = self.node.store().current_revision().map_err(status::from_store)?;
+        let revision = self
+            .node
+            .store()
+            .current_revision()
+            .map_err(status::from_store)?;
         Ok(self.node.header_from(Some(ResponseHeader {
             revision,
             ..Default::default()
@@ -57,7 +61,10 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn alarm(&self, request: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+    async fn alarm(
+        &self,
+        request: Request<AlarmRequest>,
+    ) -> Result<Response<AlarmResponse>, Status> {
         match request.get_ref().action() {
             AlarmAction::Get => Ok(Response::new(AlarmResponse {
                 header: Some(self.header()?),

@@ -6,6 +6,7 @@
 //! the store must also see.
 
 pub mod cluster;
+pub mod compat_layer;
 pub mod health;
 pub mod kv;
 pub mod maintenance;
@@ -34,15 +35,22 @@ const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 pub fn client_router<H: Health>(
     node: Arc<Node>,
     health: HealthServer<H>,
-) -> Router<tower::layer::util::Stack<unimplemented::NameUnimplementedLayer, tower::layer::util::Identity>> {
-    let max = node.limits().max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES);
+) -> Router<tower::layer::util::Stack<compat_layer::CompatLayer, tower::layer::util::Identity>> {
+    let max = node
+        .limits()
+        .max_request_bytes
+        .saturating_add(GRPC_OVERHEAD_BYTES);
     tonic::transport::Server::builder()
-        .layer(unimplemented::NameUnimplementedLayer)
+        .layer(compat_layer::CompatLayer)
         .add_service(KvServer::new(kv::KvService::new(node.clone())).max_decoding_message_size(max))
         .add_service(WatchServer::new(unimplemented::WatchService))
         .add_service(LeaseServer::new(unimplemented::LeaseService))
-        .add_service(ClusterServer::new(cluster::ClusterService::new(node.clone())))
-        .add_service(MaintenanceServer::new(maintenance::MaintenanceService::new(node)))
+        .add_service(ClusterServer::new(cluster::ClusterService::new(
+            node.clone(),
+        )))
+        .add_service(MaintenanceServer::new(
+            maintenance::MaintenanceService::new(node),
+        ))
         .add_service(AuthServer::new(unimplemented::AuthService))
         .add_service(health)
 }

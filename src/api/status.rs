@@ -60,7 +60,10 @@ pub fn stopped() -> Status {
 /// the client.
 pub fn internal(context: &str, error: &dyn std::fmt::Display) -> Status {
     tracing::error!(context, %error, "internal error");
-    Status::new(Code::Internal, format!("etcdserver: {context}: internal error"))
+    Status::new(
+        Code::Internal,
+        format!("etcdserver: {context}: internal error"),
+    )
 }
 
 pub fn from_store(error: StoreError) -> Status {

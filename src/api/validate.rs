@@ -18,7 +18,8 @@ pub fn range(req: &RangeRequest) -> Result<(), Status> {
     if req.key.is_empty() {
         return Err(status::empty_key());
     }
-    if SortOrder::try_from(req.sort_order).is_err() || SortTarget::try_from(req.sort_target).is_err()
+    if SortOrder::try_from(req.sort_order).is_err()
+        || SortTarget::try_from(req.sort_target).is_err()
     {
         return Err(status::invalid_sort_option());
     }
@@ -55,7 +56,11 @@ pub fn txn(req: &TxnRequest, max_txn_ops: usize) -> Result<(), Status> {
 }
 
 fn check_txn(req: &TxnRequest, max_txn_ops: usize) -> Result<(), Status> {
-    let ops = req.compare.len().max(req.success.len()).max(req.failure.len());
+    let ops = req
+        .compare
+        .len()
+        .max(req.success.len())
+        .max(req.failure.len());
     if ops > max_txn_ops {
         return Err(status::too_many_ops());
     }
@@ -127,7 +132,9 @@ impl Overlaps {
         let mut level = Overlaps::default();
         for op in ops {
             if let Some(Request::RequestDeleteRange(d)) = &op.request {
-                level.deletes.push(Interval::of_delete(&d.key, &d.range_end));
+                level
+                    .deletes
+                    .push(Interval::of_delete(&d.key, &d.range_end));
             }
         }
         for op in ops {
@@ -217,9 +224,18 @@ mod tests {
     #[test]
     fn duplicate_puts_and_put_inside_delete_are_refused() {
         let dup = "etcdserver: duplicate key given in txn request";
-        assert_eq!(message(txn(&txn_of(vec![put_op("a"), put_op("a")]), 128)), dup);
-        assert_eq!(message(txn(&txn_of(vec![delete_op("a", "c"), put_op("b")]), 128)), dup);
-        assert_eq!(message(txn(&txn_of(vec![delete_op("a", ""), put_op("a")]), 128)), dup);
+        assert_eq!(
+            message(txn(&txn_of(vec![put_op("a"), put_op("a")]), 128)),
+            dup
+        );
+        assert_eq!(
+            message(txn(&txn_of(vec![delete_op("a", "c"), put_op("b")]), 128)),
+            dup
+        );
+        assert_eq!(
+            message(txn(&txn_of(vec![delete_op("a", ""), put_op("a")]), 128)),
+            dup
+        );
         // Overlapping deletes are allowed, as in etcd.
         assert!(txn(&txn_of(vec![delete_op("a", "c"), delete_op("b", "d")]), 128).is_ok());
         // A put outside a half-open delete range is fine.

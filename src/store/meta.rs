@@ -112,7 +112,11 @@ pub fn stage_compacted_revision(
     batch: &mut WriteBatch,
     revision: i64,
 ) -> Result<(), StoreError> {
-    batch.put_cf(store.cf(CF_META)?, COMPACTED_REVISION, revision.to_be_bytes());
+    batch.put_cf(
+        store.cf(CF_META)?,
+        COMPACTED_REVISION,
+        revision.to_be_bytes(),
+    );
     Ok(())
 }
 
@@ -122,8 +126,8 @@ fn stage_json<T: serde::Serialize>(
     key: &[u8],
     value: &T,
 ) -> Result<(), StoreError> {
-    let raw = serde_json::to_vec(value)
-        .map_err(|e| StoreError::corrupt(format!("meta record: {e}")))?;
+    let raw =
+        serde_json::to_vec(value).map_err(|e| StoreError::corrupt(format!("meta record: {e}")))?;
     batch.put_cf(store.cf(CF_META)?, key, raw);
     Ok(())
 }
@@ -157,7 +161,11 @@ pub fn stage_physically_compacted(
     batch: &mut WriteBatch,
     revision: i64,
 ) -> Result<(), StoreError> {
-    batch.put_cf(store.cf(CF_META)?, PHYSICALLY_COMPACTED, revision.to_be_bytes());
+    batch.put_cf(
+        store.cf(CF_META)?,
+        PHYSICALLY_COMPACTED,
+        revision.to_be_bytes(),
+    );
     Ok(())
 }
 

@@ -11,8 +11,10 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use rocksdb::{DBRawIterator, ReadOptions, Snapshot};
 
-use super::encoding::{after_all_versions, kv_bounds, split_version_key, unescape_key, version_key};
 use super::encoding::StoredVersion;
+use super::encoding::{
+    after_all_versions, kv_bounds, split_version_key, unescape_key, version_key,
+};
 use super::meta::Revisions;
 use super::{RevisionStore, StoreError, CF_KV};
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
@@ -57,7 +59,10 @@ impl<'a> Reader<'a> {
         if let Some(upper) = upper {
             opts.set_iterate_upper_bound(upper);
         }
-        Ok(self.store.db.raw_iterator_cf_opt(self.store.cf(CF_KV)?, opts))
+        Ok(self
+            .store
+            .db
+            .raw_iterator_cf_opt(self.store.cf(CF_KV)?, opts))
     }
 
     /// Visits, in key order, every key in `[key, range_end)` (etcd's range conventions)
@@ -190,7 +195,9 @@ pub fn range(
     let fetch_limit = if ordered || filtered || req.limit <= 0 {
         usize::MAX
     } else {
-        usize::try_from(req.limit).unwrap_or(usize::MAX).saturating_add(1)
+        usize::try_from(req.limit)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1)
     };
     // Sorting by value needs values even when the response will carry none.
     let with_value =

@@ -160,7 +160,10 @@ pub fn latest_snapshot(dir: &Path) -> Result<Option<SnapshotInfo>, StoreError> {
             continue;
         }
         let meta = read_snapshot_meta(&path)?;
-        if best.as_ref().is_none_or(|b| b.meta.last_log_id < meta.last_log_id) {
+        if best
+            .as_ref()
+            .is_none_or(|b| b.meta.last_log_id < meta.last_log_id)
+        {
             best = Some(SnapshotInfo { meta, path });
         }
     }
@@ -192,7 +195,8 @@ pub fn keep_installed_snapshot(
     std::fs::create_dir_all(dir)?;
     let target = dir.join(format!("snapshot-{}.snap", snapshot_id(meta)));
     if received != target {
-        std::fs::rename(received, &target).or_else(|_| std::fs::copy(received, &target).map(|_| ()))?;
+        std::fs::rename(received, &target)
+            .or_else(|_| std::fs::copy(received, &target).map(|_| ()))?;
     }
     remove_other_snapshots(dir, &target);
     Ok(())

@@ -36,7 +36,13 @@ impl Harness {
 
     fn apply(&mut self, request: C) -> R {
         self.index += 1;
-        let log_id = LogId::new(LeaderId { term: 1, node_id: 1 }, self.index);
+        let log_id = LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            self.index,
+        );
         let command = Command {
             request: Some(request),
         };
@@ -139,7 +145,11 @@ fn revisions_versions_and_recreation_follow_etcd() {
     assert_eq!(at(2).kvs[0].value, b("1"));
     assert_eq!(at(3).kvs[0].version, 2);
     assert!(at(4).kvs.is_empty());
-    assert_eq!(revision(&at(2).header), 5, "header carries the current revision");
+    assert_eq!(
+        revision(&at(2).header),
+        5,
+        "header carries the current revision"
+    );
     assert!(matches!(
         h.range(RangeRequest {
             key: b("a"),
@@ -153,7 +163,13 @@ fn revisions_versions_and_recreation_follow_etcd() {
 #[test]
 fn ranges_limits_counts_sorting_and_filters() {
     let mut h = Harness::new();
-    for (k, v) in [("a", "3"), ("b", "1"), ("c", "2"), ("d", "0"), ("e\0x", "9")] {
+    for (k, v) in [
+        ("a", "3"),
+        ("b", "1"),
+        ("c", "2"),
+        ("d", "0"),
+        ("e\0x", "9"),
+    ] {
         h.put(k, v);
     }
     h.put("b", "1b");
@@ -179,7 +195,10 @@ fn ranges_limits_counts_sorting_and_filters() {
             ..all("\0")
         })
         .unwrap();
-    assert_eq!((limited.kvs.len(), limited.more, limited.count), (2, true, 5));
+    assert_eq!(
+        (limited.kvs.len(), limited.more, limited.count),
+        (2, true, 5)
+    );
     let exact = h
         .range(RangeRequest {
             limit: 5,
@@ -327,7 +346,11 @@ fn transactions_take_one_revision_and_see_their_own_writes() {
         panic!()
     };
     assert!(!resp.succeeded);
-    assert_eq!(revision(&resp.header), 3, "a read-only branch adds no revision");
+    assert_eq!(
+        revision(&resp.header),
+        3,
+        "a read-only branch adds no revision"
+    );
 }
 
 #[test]
@@ -400,14 +423,23 @@ fn compaction_refuses_old_reads_and_keeps_the_live_version() {
         .unwrap();
     assert_eq!(at5.kvs.len(), 1);
     assert_eq!(at5.kvs[0].value, b("2"));
-    assert_eq!(h.keys(RangeRequest {
-        key: b("\0"),
-        range_end: b("\0"),
-        ..Default::default()
-    }), ["a", "b"]);
+    assert_eq!(
+        h.keys(RangeRequest {
+            key: b("\0"),
+            range_end: b("\0"),
+            ..Default::default()
+        }),
+        ["a", "b"]
+    );
     // Physically, only the live versions remain.
     let kv = h.store.cf(CF_KV).unwrap();
-    assert_eq!(h.store.db.iterator_cf(kv, rocksdb::IteratorMode::Start).count(), 2);
+    assert_eq!(
+        h.store
+            .db
+            .iterator_cf(kv, rocksdb::IteratorMode::Start)
+            .count(),
+        2
+    );
 }
 
 #[test]
@@ -434,5 +466,8 @@ fn a_snapshot_reproduces_the_store() {
             .value,
         b("1")
     );
-    assert_eq!(latest_snapshot(dir.path()).unwrap().unwrap().path, info.path);
+    assert_eq!(
+        latest_snapshot(dir.path()).unwrap().unwrap().path,
+        info.path
+    );
 }

@@ -6,8 +6,8 @@
 //! them. This module owns that decision and those checks; executing the operations is
 //! the write transaction's job (see `write.rs`). It never stages a change.
 
-use super::range::{read_revision, Reader};
 use super::meta::Revisions;
+use super::range::{read_revision, Reader};
 use super::StoreError;
 use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use crate::proto::etcdserverpb::request_op::Request;
@@ -63,20 +63,26 @@ pub fn branch(txn: &TxnRequest, succeeded: bool) -> &[RequestOp] {
 
 /// True when the transaction and its nested transactions contain no write.
 pub fn is_read_only(txn: &TxnRequest) -> bool {
-    txn.success.iter().chain(&txn.failure).all(|op| match &op.request {
-        Some(Request::RequestPut(_)) | Some(Request::RequestDeleteRange(_)) => false,
-        Some(Request::RequestTxn(nested)) => is_read_only(nested),
-        _ => true,
-    })
+    txn.success
+        .iter()
+        .chain(&txn.failure)
+        .all(|op| match &op.request {
+            Some(Request::RequestPut(_)) | Some(Request::RequestDeleteRange(_)) => false,
+            Some(Request::RequestTxn(nested)) => is_read_only(nested),
+            _ => true,
+        })
 }
 
 /// True when every read in the transaction asked for a serializable read.
 pub fn is_serializable(txn: &TxnRequest) -> bool {
-    txn.success.iter().chain(&txn.failure).all(|op| match &op.request {
-        Some(Request::RequestRange(r)) => r.serializable,
-        Some(Request::RequestTxn(nested)) => is_serializable(nested),
-        _ => true,
-    })
+    txn.success
+        .iter()
+        .chain(&txn.failure)
+        .all(|op| match &op.request {
+            Some(Request::RequestRange(r)) => r.serializable,
+            Some(Request::RequestTxn(nested)) => is_serializable(nested),
+            _ => true,
+        })
 }
 
 /// The checks etcd makes along the taken path before executing: puts that need an
@@ -119,12 +125,17 @@ pub fn check_path(
 fn compare_holds(reader: &Reader<'_>, at: i64, compare: &Compare) -> Result<bool, StoreError> {
     let mut holds = true;
     let mut any = false;
-    reader.scan(&compare.key, &compare.range_end, at, |escaped, revision, raw| {
-        any = true;
-        let kv = super::range::key_value(escaped, revision, raw, true)?;
-        holds = compare_key_value(compare, &kv);
-        Ok(holds)
-    })?;
+    reader.scan(
+        &compare.key,
+        &compare.range_end,
+        at,
+        |escaped, revision, raw| {
+            any = true;
+            let kv = super::range::key_value(escaped, revision, raw, true)?;
+            holds = compare_key_value(compare, &kv);
+            Ok(holds)
+        },
+    )?;
     if !any {
         if compare.target() == CompareTarget::Value {
             return Ok(false);

@@ -24,8 +24,7 @@ use crate::proto::etcdserverpb::request_op::Request;
 use crate::proto::etcdserverpb::response_op::Response;
 use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnRequest,
-    TxnResponse,
+    PutResponse, RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
 };
 use crate::proto::mvccpb::KeyValue;
 
@@ -148,7 +147,10 @@ impl<'a> WriteTxn<'a> {
         })
     }
 
-    fn delete_range(&mut self, req: &DeleteRangeRequest) -> Result<DeleteRangeResponse, StoreError> {
+    fn delete_range(
+        &mut self,
+        req: &DeleteRangeRequest,
+    ) -> Result<DeleteRangeResponse, StoreError> {
         let doomed = self.range(&RangeRequest {
             key: req.key.clone(),
             range_end: req.range_end.clone(),
@@ -261,7 +263,11 @@ impl RevisionStore {
     /// Applies one committed command. A request that fails identically on every node
     /// (a compacted revision, a missing key...) is its result; any other error means
     /// this node cannot apply the log and must stop.
-    pub fn apply_command(&self, log_id: &LogId, command: &Command) -> Result<WriteOutcome, StoreError> {
+    pub fn apply_command(
+        &self,
+        log_id: &LogId,
+        command: &Command,
+    ) -> Result<WriteOutcome, StoreError> {
         let mut txn = WriteTxn::new(self, Reader::live(self))?;
         let applied = match &command.request {
             Some(CommandRequest::Put(p)) => {
@@ -275,7 +281,9 @@ impl RevisionStore {
                 txn.delete_range(d).map(CommandResultKind::DeleteRange)
             }
             Some(CommandRequest::Txn(t)) => txn.txn(t).map(CommandResultKind::Txn),
-            Some(CommandRequest::Compaction(c)) => txn.compact(c).map(CommandResultKind::Compaction),
+            Some(CommandRequest::Compaction(c)) => {
+                txn.compact(c).map(CommandResultKind::Compaction)
+            }
             Some(CommandRequest::PublishMember(attributes)) => {
                 meta::stage_member_attributes(self, &mut txn.batch, attributes)
                     .map(|()| CommandResultKind::PublishMember(PublishMemberResult {}))

@@ -148,14 +148,16 @@ async fn etcdctl_endpoint_status_reports_each_member_and_one_leader() {
     cluster.etcdctl(&["put", "k", "v"]).await.assert_success();
     let leader = cluster.leader_index().await;
 
-    let out = cluster.etcdctl(&["endpoint", "status", "-w", "json"]).await;
+    let out = cluster
+        .etcdctl_host_port(&["endpoint", "status", "-w", "json"])
+        .await;
     let statuses = json(&out.assert_success().stdout);
     let statuses = statuses.as_array().expect("array of statuses");
     assert_eq!(statuses.len(), 3);
     for entry in statuses {
         let endpoint = entry["Endpoint"].as_str().unwrap();
         let i = (0..3)
-            .find(|&i| cluster.endpoint(i) == endpoint)
+            .find(|&i| cluster.endpoint(i).trim_start_matches("http://") == endpoint)
             .expect("a member's endpoint");
         let status = &entry["Status"];
         assert_eq!(
@@ -174,13 +176,18 @@ async fn etcdctl_endpoint_status_reports_each_member_and_one_leader() {
     }
 
     // The simple format: endpoint, ID, version, db size, is leader, is learner, ...
-    let out = cluster.etcdctl(&["endpoint", "status"]).await;
+    let out = cluster.etcdctl_host_port(&["endpoint", "status"]).await;
     let stdout = &out.assert_success().stdout;
     assert_eq!(stdout.lines().count(), 3);
     for i in 0..3 {
         let line = stdout
             .lines()
-            .find(|l| l.starts_with(&format!("{}, ", cluster.endpoint(i))))
+            .find(|l| {
+                l.starts_with(&format!(
+                    "{}, ",
+                    cluster.endpoint(i).trim_start_matches("http://")
+                ))
+            })
             .unwrap_or_else(|| panic!("no status line for member {i}: {stdout}"));
         let fields: Vec<&str> = line.split(", ").collect();
         assert_eq!(fields[1], format!("{:x}", cluster.member_id(i)));
