@@ -312,7 +312,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         });
     }
     let (health, health_service) = tonic_health::server::health_reporter();
-    tokio::spawn(api::health::track_leader(raft.clone(), health));
+    tokio::spawn(api::health::track(
+        node.clone(),
+        health,
+        config.election_timeout,
+    ));
 
     // Like etcd, serve clients only once this member has published its name and client
     // URLs to the cluster, so that MemberList never shows a serving member as unstarted.

@@ -239,8 +239,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             count += 1;
         }
         // One synced write per batch: the entries are durable (and readable) before the
-        // callback tells openraft they are flushed.
-        self.write(batch, true)?;
+        // callback tells openraft they are flushed. An empty batch has nothing to sync.
+        if count > 0 {
+            self.write(batch, true)?;
+        }
         tracing::trace!(entries = count, "raft log append synced");
         callback.io_completed(Ok(()));
         Ok(())

@@ -396,21 +396,43 @@ async fn scenario() {
     assert_eq!(leader, target);
     let li = nodes.iter().position(|n| n.id == leader).unwrap();
 
-    // 6. Kill the leader and write through the learner at once: the write finds the old
-    //    leader gone (dial fails, so it is certainly not proposed), waits for the other
-    //    two voters to elect a new leader, and lands there.
+    // Every other node forwards once to the new leader, so each holds a pooled channel
+    // to it.
+    for n in nodes.iter().filter(|n| n.id != leader) {
+        n.client
+            .write(cmd(&format!("warm-{}", n.id)))
+            .await
+            .unwrap();
+    }
+    let written = 2 + 30 + 3;
+
+    // 6. Kill the leader and write through the learner and the surviving follower at
+    //    once: their pooled channels (or fresh dials) to the old leader fail to connect,
+    //    so the writes were certainly not proposed; they wait for the other two voters to
+    //    elect a new leader and land there.
     nodes[li].kill().await;
-    let out = nodes[3].client.write(cmd("after failover")).await.unwrap();
-    assert_eq!(out.0, Bytes::from(format!("applied #{}", 2 + 30 + 1)));
+    let other = nodes[..3]
+        .iter()
+        .find(|n| n.id != leader)
+        .map(|n| n.id)
+        .unwrap();
+    let oi = nodes.iter().position(|n| n.id == other).unwrap();
+    let (a, b) = tokio::join!(
+        nodes[3].client.write(cmd("after failover")),
+        nodes[oi].client.write(cmd("after failover, too")),
+    );
+    a.unwrap();
+    b.unwrap();
     let survivors: Vec<&Node> = nodes[..3].iter().filter(|n| n.id != leader).collect();
     let new_leader = wait_for_leader(&survivors, Some(leader)).await;
     assert_ne!(new_leader, leader);
     let follower = survivors.iter().find(|n| n.id != new_leader).unwrap();
-    follower
+    let out = follower
         .client
         .write(cmd("after failover 2"))
         .await
         .unwrap();
+    assert_eq!(out.0, Bytes::from(format!("applied #{}", written + 3)));
 
     // 7. Read barriers on the learner and the follower see the last write.
     nodes[3].client.read_barrier().await.unwrap();
@@ -423,7 +445,7 @@ async fn scenario() {
         .find(|n| n.id != new_leader && n.id != leader && n.id != 4)
         .unwrap();
     follower.client.read_barrier().await.unwrap();
-    assert_eq!(follower.sm.commands().len(), 2 + 30 + 2);
+    assert_eq!(follower.sm.commands().len(), written + 3);
 
     for node in nodes.iter_mut() {
         if node.id != leader {

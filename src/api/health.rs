@@ -1,28 +1,36 @@
-//! grpc.health.v1: SERVING while this member knows a leader, NOT_SERVING otherwise.
+//! grpc.health.v1: SERVING while this member can serve a linearizable read, that is,
+//! while it knows a leader that still holds a quorum; NOT_SERVING otherwise.
+//!
+//! A follower's raft state keeps naming the last leader it heard from, even after that
+//! leader died, so the member probes instead: one read index per period, the same check
+//! `etcdctl endpoint health` makes with its linearizable read.
 
-use openraft::async_runtime::WatchReceiver;
-use quantykube_raft::Raft;
+use std::sync::Arc;
+use std::time::Duration;
+
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::state_machine::StateMachine;
+use crate::node::Node;
 
-/// Follows raft's view of the leader for as long as raft runs.
-pub async fn track_leader(raft: Raft<StateMachine>, reporter: HealthReporter) {
-    let mut metrics = raft.metrics();
+/// Probes every `period` for as long as the member runs.
+pub async fn track(node: Arc<Node>, reporter: HealthReporter, period: Duration) {
+    let mut last = None;
     loop {
-        let has_leader = metrics.borrow_watched().current_leader.is_some();
-        let status = if has_leader {
+        let serving = matches!(
+            tokio::time::timeout(period, node.read_barrier()).await,
+            Ok(Ok(()))
+        );
+        let status = if serving {
             ServingStatus::Serving
         } else {
             ServingStatus::NotServing
         };
-        reporter.set_service_status("", status).await;
-        if metrics.changed().await.is_err() {
-            reporter
-                .set_service_status("", ServingStatus::NotServing)
-                .await;
-            return;
+        if last != Some(serving) {
+            tracing::info!(serving, "health changed");
+            last = Some(serving);
         }
+        reporter.set_service_status("", status).await;
+        tokio::time::sleep(period).await;
     }
 }

@@ -12,6 +12,7 @@ mod kv_delete;
 mod kv_put;
 mod kv_range;
 mod kv_txn;
+mod quantykube_surface;
 mod request_limits;
 mod revisions;
 mod three_node;

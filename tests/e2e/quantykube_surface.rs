@@ -1,0 +1,141 @@
+//! What QuantyKube adds around etcd's API: its command line (etcd's flags, refusals),
+//! RPCs not built yet, and health without a leader. These run against QuantyKube only;
+//! against etcd they return early, since they assert QuantyKube's own wording.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+use crate::harness::{Cluster, Deadline, Target};
+use crate::raw;
+
+fn quantykube() -> Option<std::path::PathBuf> {
+    match Target::from_env() {
+        Target::Quantykube => Target::Quantykube.binary(),
+        Target::Etcd => None,
+    }
+}
+
+async fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let binary = quantykube().expect("quantykube binary");
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(binary);
+    cmd.args(args)
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(20), cmd.output())
+        .await
+        .expect("quantykube exits by itself")
+        .expect("run quantykube");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn help_and_version_print_and_exit_zero() {
+    if quantykube().is_none() {
+        return;
+    }
+    let (code, stdout, _) = run(&["--help"], &[]).await;
+    assert_eq!(code, 0);
+    for flag in [
+        "--initial-cluster",
+        "--data-dir",
+        "--max-txn-ops",
+        "ETCD_NAME",
+    ] {
+        assert!(stdout.contains(flag), "--help mentions {flag}:\n{stdout}");
+    }
+    let (code, stdout, _) = run(&["--version"], &[]).await;
+    assert_eq!(code, 0);
+    assert!(stdout.to_lowercase().contains("quantykube"), "{stdout}");
+    assert!(
+        stdout.contains("3.6"),
+        "names the etcd API version: {stdout}"
+    );
+}
+
+#[tokio::test]
+async fn an_etcd_flag_not_implemented_yet_is_refused_by_name() {
+    if quantykube().is_none() {
+        return;
+    }
+    let (code, _, stderr) = run(&["--cert-file", "/x.pem"], &[]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--cert-file"), "{stderr}");
+    assert!(stderr.contains("not implement"), "{stderr}");
+    let (code, _, stderr) = run(&[], &[("ETCD_CERT_FILE", "/x.pem")]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("ETCD_CERT_FILE"), "{stderr}");
+    // A flag that is not etcd's at all is a usage error.
+    let (code, _, stderr) = run(&["--no-such-flag"], &[]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("no-such-flag"), "{stderr}");
+}
+
+#[tokio::test]
+async fn rpcs_not_built_yet_answer_unimplemented_naming_themselves() {
+    if quantykube().is_none() {
+        return;
+    }
+    let cluster = Cluster::start(1).await;
+    let mut client = cluster.client(0).await;
+    let status = match client.lease_grant(10, None).await {
+        Err(etcd_client::Error::GRpcStatus(status)) => status,
+        other => panic!("expected a gRPC status, got {other:?}"),
+    };
+    assert_eq!(status.code(), Code::Unimplemented);
+    assert_eq!(
+        status.message(),
+        "etcdserverpb.Lease/LeaseGrant is not implemented by QuantyKube yet"
+    );
+    let status = match client.maintenance_client().defragment().await {
+        Err(etcd_client::Error::GRpcStatus(status)) => status,
+        other => panic!("expected a gRPC status, got {other:?}"),
+    };
+    assert_eq!(status.code(), Code::Unimplemented);
+    assert!(status.message().contains("Maintenance/Defragment"));
+}
+
+#[tokio::test]
+async fn health_is_not_serving_once_the_member_has_no_leader() {
+    if quantykube().is_none() {
+        return;
+    }
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader_index().await;
+    let survivor = (leader + 1) % 3;
+    for i in 0..3 {
+        if i != survivor {
+            cluster.kill9(i);
+        }
+    }
+    let mut health = HealthClient::new(raw::channel(&cluster.endpoint(survivor)).await);
+    let deadline = Deadline::after(Duration::from_secs(20), "health turns NOT_SERVING");
+    loop {
+        let status = health
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .map(|r| r.into_inner().status());
+        if status
+            .as_ref()
+            .is_ok_and(|s| *s == ServingStatus::NotServing)
+        {
+            break;
+        }
+        deadline.tick().await;
+    }
+}
