@@ -57,6 +57,8 @@ pub enum NodeError {
 pub struct Limits {
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
+    /// `--quota-backend-bytes`; `None` when the quota is disabled.
+    pub quota_backend_bytes: Option<u64>,
 }
 
 /// What API handlers share: this member's store, raft, identity and limits.
@@ -110,12 +112,28 @@ impl Node {
 
     /// Replicates one write through raft and returns what applying it produced.
     pub async fn propose(&self, request: CommandRequest) -> Result<Option<Outcome>, Status> {
-        let encoded = Command {
+        let command = Command {
             request: Some(request),
-        }
-        .encode_to_vec();
+        };
+        let encoded = command.encode_to_vec();
         if encoded.len() > self.limits.max_request_bytes {
             return Err(status::request_too_large());
+        }
+        if let Some(quota) = self.limits.quota_backend_bytes {
+            // As etcd's quota: a request that may add data is refused once the store
+            // plus the request would exceed it; deletes and compaction still pass.
+            let grows = match &command.request {
+                Some(CommandRequest::Put(_)) => true,
+                Some(CommandRequest::Txn(txn)) => crate::store::txn::has_put(txn),
+                _ => false,
+            };
+            let size = self
+                .store
+                .approximate_size()
+                .saturating_add(encoded.len() as u64);
+            if grows && size > quota {
+                return Err(status::no_space());
+            }
         }
         let outcome = self
             .client
@@ -278,6 +296,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         limits: Limits {
             max_request_bytes: config.max_request_bytes,
             max_txn_ops: config.max_txn_ops,
+            quota_backend_bytes: config.quota_backend_bytes,
         },
         etcd_version: config.etcd_version.clone(),
     });

@@ -34,6 +34,9 @@ pub fn invalid_sort_option() -> Status {
 pub fn request_too_large() -> Status {
     Status::invalid_argument("etcdserver: request is too large")
 }
+pub fn no_space() -> Status {
+    Status::resource_exhausted("etcdserver: mvcc: database space exceeded")
+}
 pub fn compacted() -> Status {
     Status::out_of_range("etcdserver: mvcc: required revision has been compacted")
 }

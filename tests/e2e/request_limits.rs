@@ -1,4 +1,4 @@
-//! `--max-request-bytes`: writes larger than the limit are refused.
+//! `--max-request-bytes` and `--quota-backend-bytes`: writes over the limits are refused.
 
 use etcd_client::{GetOptions, Txn, TxnOp};
 use tonic::Code;
@@ -62,4 +62,39 @@ async fn write_beyond_the_grpc_receive_limit_fails_resource_exhausted() {
     );
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert_eq!(current_revision(&mut client).await, 1);
+}
+
+#[tokio::test]
+async fn puts_beyond_the_backend_quota_fail_with_no_space_while_deletes_pass() {
+    let cluster = ClusterOptions::new(1)
+        .args(["--quota-backend-bytes", &(8 * 1024 * 1024).to_string()])
+        .start()
+        .await;
+    let mut client = cluster.client(0).await;
+    let value = "q".repeat(1024 * 1024);
+    let mut refused = None;
+    for i in 0..64 {
+        match client.put(format!("big/{i:02}"), value.clone(), None).await {
+            Ok(_) => continue,
+            Err(e) => {
+                refused = Some(grpc_status(Err::<(), _>(e)));
+                break;
+            }
+        }
+    }
+    let status = refused.expect("a put beyond an 8 MiB quota is refused");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(
+        status.message(),
+        "etcdserver: mvcc: database space exceeded"
+    );
+    // A delete frees space and is never refused for it.
+    let deleted = client
+        .delete(
+            "big/",
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .expect("delete under a full quota");
+    assert!(deleted.deleted() > 0);
 }
