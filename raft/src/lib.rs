@@ -23,6 +23,7 @@ pub mod network;
 pub mod pb;
 pub mod peer_server;
 pub mod types;
+pub mod wal_sync;
 
 pub use channels::{DialError, DialOptions, Lane, PeerChannels, MAX_PEER_MESSAGE_BYTES};
 pub use client::{RaftClient, RaftClientOptions, ReadError, WriteError};

@@ -28,6 +28,7 @@ use serde::Serialize;
 
 use crate::codec;
 use crate::types::{Entry, LogId, TypeConfig, Vote};
+use crate::wal_sync::WalSyncer;
 
 /// Column family holding log entries, keyed by big-endian index.
 pub const CF_RAFT_LOG: &str = "raft_log";
@@ -45,6 +46,7 @@ const KEY_LAST_PURGED: &[u8] = b"last_purged";
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
+    syncer: WalSyncer,
 }
 
 impl Debug for LogStore {
@@ -64,7 +66,8 @@ impl LogStore {
                 ));
             }
         }
-        Ok(Self { db })
+        let syncer = WalSyncer::spawn(&db)?;
+        Ok(Self { db, syncer })
     }
 
     fn cf(&self, name: &'static str) -> Result<&ColumnFamily, io::Error> {
@@ -238,13 +241,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             batch.put_cf(cf, index_key(entry.index()), value);
             count += 1;
         }
-        // One synced write per batch: the entries are durable (and readable) before the
-        // callback tells openraft they are flushed. An empty batch has nothing to sync.
+        // Written now (readable at once), durable when the WAL syncer's next fsync
+        // completes the callback: openraft counts the entries only then.
         if count > 0 {
-            self.write(batch, true)?;
+            self.write(batch, false)?;
         }
-        tracing::trace!(entries = count, "raft log append synced");
-        callback.io_completed(Ok(()));
+        tracing::trace!(entries = count, "raft log append written");
+        self.syncer.sync_then(callback);
         Ok(())
     }
 

@@ -14,6 +14,8 @@ use crate::proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, ResponseHeader, StatusRequest, StatusResponse,
 };
 
+const STATUS_READ_INDEX_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 pub struct MaintenanceService {
     node: Arc<Node>,
 }
@@ -39,6 +41,9 @@ impl MaintenanceService {
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        // Status must answer without a leader too, so the read index is best effort: with
+        // one, every member reports the revision of everything committed so far.
+        let _ = tokio::time::timeout(STATUS_READ_INDEX_WAIT, self.node.read_barrier()).await;
         let metrics = self.node.raft().metrics().borrow_watched().clone();
         let is_learner = metrics
             .membership_config
