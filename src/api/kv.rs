@@ -1,8 +1,8 @@
 //! etcdserverpb.KV: Range, Put, DeleteRange, Txn and Compact.
 //!
 //! Handlers validate, then either read the local store (after a read index unless
-//! serializable) or propose one command through raft and translate its outcome. They
-//! hold no data logic of their own.
+//! serializable) or propose one command through raft and unwrap its outcome. They hold
+//! no data logic of their own.
 
 use std::sync::Arc;
 
@@ -15,9 +15,32 @@ use crate::proto::command::command_result::Result as Outcome;
 use crate::proto::etcdserverpb::kv_server::Kv;
 use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    PutResponse, RangeRequest, RangeResponse, ResponseHeader, TxnRequest, TxnResponse,
 };
-use crate::store::txn as txn_rules;
+use crate::store::{txn as txn_rules, RevisionStore, StoreError};
+
+/// A response whose header the store leaves at its revision and the API completes.
+trait Headed {
+    fn header_mut(&mut self) -> &mut Option<ResponseHeader>;
+}
+
+macro_rules! headed {
+    ($($response:ty),*) => {
+        $(impl Headed for $response {
+            fn header_mut(&mut self) -> &mut Option<ResponseHeader> {
+                &mut self.header
+            }
+        })*
+    };
+}
+
+headed!(
+    RangeResponse,
+    PutResponse,
+    DeleteRangeResponse,
+    TxnResponse,
+    CompactionResponse
+);
 
 pub struct KvService {
     node: Arc<Node>,
@@ -27,10 +50,41 @@ impl KvService {
     pub fn new(node: Arc<Node>) -> Self {
         KvService { node }
     }
-}
 
-fn unexpected(outcome: Option<Outcome>) -> Status {
-    status::internal("apply", &format!("unexpected outcome {outcome:?}"))
+    /// Completes the header with this member's identity and term.
+    fn respond<T: Headed>(&self, mut response: T) -> Response<T> {
+        let partial = response.header_mut().take();
+        *response.header_mut() = Some(self.node.header_from(partial));
+        Response::new(response)
+    }
+
+    /// Reads the local store off the async workers (a large range takes a while).
+    async fn read<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&RevisionStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let store = self.node.store().clone();
+        tokio::task::spawn_blocking(move || read(&store))
+            .await
+            .map_err(|e| status::internal("read", &e))?
+            .map_err(status::from_store)
+    }
+
+    /// Proposes a write and takes the outcome it must produce.
+    async fn write<T>(
+        &self,
+        request: CommandRequest,
+        expected: impl FnOnce(Outcome) -> Option<T>,
+    ) -> Result<T, Status> {
+        match self.node.propose(request).await? {
+            Some(outcome) => {
+                let description = format!("{outcome:?}");
+                expected(outcome)
+                    .ok_or_else(|| status::internal("apply", &format!("unexpected {description}")))
+            }
+            None => Err(status::internal("apply", &"empty outcome")),
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -44,25 +98,20 @@ impl Kv for KvService {
         if !req.serializable {
             self.node.read_barrier().await?;
         }
-        let store = self.node.store().clone();
-        let mut resp = tokio::task::spawn_blocking(move || store.range(&req))
-            .await
-            .map_err(|e| status::internal("range", &e))?
-            .map_err(status::from_store)?;
-        resp.header = Some(self.node.header_from(resp.header));
-        Ok(Response::new(resp))
+        let response = self.read(move |store| store.range(&req)).await?;
+        Ok(self.respond(response))
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let req = request.into_inner();
         validate::put(&req)?;
-        match self.node.propose(CommandRequest::Put(req)).await? {
-            Some(Outcome::Put(mut resp)) => {
-                resp.header = Some(self.node.header_from(resp.header));
-                Ok(Response::new(resp))
-            }
-            other => Err(unexpected(other)),
-        }
+        let response = self
+            .write(CommandRequest::Put(req), |o| match o {
+                Outcome::Put(r) => Some(r),
+                _ => None,
+            })
+            .await?;
+        Ok(self.respond(response))
     }
 
     async fn delete_range(
@@ -71,38 +120,32 @@ impl Kv for KvService {
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         let req = request.into_inner();
         validate::delete_range(&req)?;
-        match self.node.propose(CommandRequest::DeleteRange(req)).await? {
-            Some(Outcome::DeleteRange(mut resp)) => {
-                resp.header = Some(self.node.header_from(resp.header));
-                Ok(Response::new(resp))
-            }
-            other => Err(unexpected(other)),
-        }
+        let response = self
+            .write(CommandRequest::DeleteRange(req), |o| match o {
+                Outcome::DeleteRange(r) => Some(r),
+                _ => None,
+            })
+            .await?;
+        Ok(self.respond(response))
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         let req = request.into_inner();
         validate::txn(&req, self.node.limits().max_txn_ops)?;
         // A transaction that writes nothing is a read: served locally, as etcd does.
-        if txn_rules::is_read_only(&req) {
+        let response = if txn_rules::is_read_only(&req) {
             if !txn_rules::is_serializable(&req) {
                 self.node.read_barrier().await?;
             }
-            let store = self.node.store().clone();
-            let mut resp = tokio::task::spawn_blocking(move || store.read_only_txn(&req))
-                .await
-                .map_err(|e| status::internal("txn", &e))?
-                .map_err(status::from_store)?;
-            resp.header = Some(self.node.header_from(resp.header));
-            return Ok(Response::new(resp));
-        }
-        match self.node.propose(CommandRequest::Txn(req)).await? {
-            Some(Outcome::Txn(mut resp)) => {
-                resp.header = Some(self.node.header_from(resp.header));
-                Ok(Response::new(resp))
-            }
-            other => Err(unexpected(other)),
-        }
+            self.read(move |store| store.read_only_txn(&req)).await?
+        } else {
+            self.write(CommandRequest::Txn(req), |o| match o {
+                Outcome::Txn(r) => Some(r),
+                _ => None,
+            })
+            .await?
+        };
+        Ok(self.respond(response))
     }
 
     async fn compact(
@@ -111,17 +154,17 @@ impl Kv for KvService {
     ) -> Result<Response<CompactionResponse>, Status> {
         let req = request.into_inner();
         let physical = req.physical;
-        match self.node.propose(CommandRequest::Compaction(req)).await? {
-            Some(Outcome::Compaction(mut resp)) => {
-                // Compaction runs as the entry is applied; once this node has applied
-                // everything the leader committed, it is physically done here.
-                if physical {
-                    self.node.read_barrier().await?;
-                }
-                resp.header = Some(self.node.header_from(resp.header));
-                Ok(Response::new(resp))
-            }
-            other => Err(unexpected(other)),
+        let response = self
+            .write(CommandRequest::Compaction(req), |o| match o {
+                Outcome::Compaction(r) => Some(r),
+                _ => None,
+            })
+            .await?;
+        // Compaction runs as the entry is applied; once this member has applied what
+        // the leader committed, it is physically done here too.
+        if physical {
+            self.node.read_barrier().await?;
         }
+        Ok(self.respond(response))
     }
 }
