@@ -8,6 +8,7 @@ pub mod api;
 pub mod config;
 pub mod identity;
 pub mod node;
+pub mod offload;
 pub mod proto;
 pub mod state_machine;
 pub mod store;

@@ -13,15 +13,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::Stream;
 use openraft::async_runtime::WatchReceiver;
 use prost::Message;
 use quantykube_raft::{
-    raft_config, Command as RaftCommand, LogStore, Member, NodeId, PeerChannels,
-    PeerNetworkFactory, PeerService, Raft, RaftClient, RaftClientOptions, LOG_COLUMN_FAMILIES,
+    raft_config, Command as RaftCommand, DialOptions, Dialer, LogStore, Member, NodeId,
+    PeerChannels, PeerNetworkFactory, PeerService, Raft, RaftClient, RaftClientOptions, TcpDialer,
+    WalSyncer, LOG_COLUMN_FAMILIES,
 };
+use std::pin::Pin;
 use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio::net::TcpStream;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::Connected;
 use tonic::Status;
 use url::Url;
 
@@ -29,6 +35,7 @@ use crate::api;
 use crate::api::status;
 use crate::config::Config;
 use crate::identity;
+use crate::offload::Offload;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
 use crate::proto::command::{Command, CommandResult, MemberAttributes};
@@ -72,9 +79,15 @@ pub struct Node {
     client: RaftClient<StateMachine>,
     limits: Limits,
     etcd_version: String,
+    offload: Offload,
 }
 
 impl Node {
+    /// How this member runs blocking store work.
+    pub fn offload(&self) -> Offload {
+        self.offload
+    }
+
     pub fn id(&self) -> NodeId {
         self.id
     }
@@ -181,8 +194,9 @@ impl Node {
     }
 }
 
-/// Resolves `http://host:port` listen URLs into socket addresses to bind.
-async fn bind_all(urls: &[Url]) -> Result<Vec<(String, TcpListener)>, NodeError> {
+/// Binds every `http://host:port` listen URL (a host may resolve to several addresses)
+/// into one stream of incoming connections.
+async fn bind_all(urls: &[Url]) -> Result<Incoming<TcpStream>, NodeError> {
     let mut listeners = Vec::new();
     for url in urls {
         let host = url
@@ -190,37 +204,78 @@ async fn bind_all(urls: &[Url]) -> Result<Vec<(String, TcpListener)>, NodeError>
             .unwrap_or("localhost")
             .trim_matches(['[', ']']);
         let port = url.port_or_known_default().unwrap_or(2379);
+        let listen_error = |source| NodeError::Listen {
+            url: url.to_string(),
+            source,
+        };
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
             .await
-            .map_err(|source| NodeError::Listen {
-                url: url.to_string(),
-                source,
-            })?
+            .map_err(listen_error)?
             .collect();
         // `localhost` may resolve to both families; etcd listens on what it resolves to.
-        let mut bound = false;
         let mut last_error = None;
+        let before = listeners.len();
         for addr in addrs {
             match TcpListener::bind(addr).await {
                 Ok(listener) => {
-                    listeners.push((url.to_string(), listener));
-                    bound = true;
+                    tracing::info!(%url, %addr, "listening");
+                    listeners.push(TcpListenerStream::new(listener));
                 }
                 Err(error) => last_error = Some(error),
             }
         }
-        if !bound {
-            return Err(NodeError::Listen {
-                url: url.to_string(),
-                source: last_error.unwrap_or_else(|| std::io::Error::other("no address")),
-            });
+        if listeners.len() == before {
+            return Err(listen_error(
+                last_error.unwrap_or_else(|| std::io::Error::other("no address")),
+            ));
         }
     }
-    Ok(listeners)
+    Ok(Box::pin(futures::stream::select_all(listeners)))
 }
 
-/// Runs a member until `shutdown` completes.
+/// Incoming connections of one role (peers or clients), from however many listeners.
+pub type Incoming<IO> = Pin<Box<dyn Stream<Item = std::io::Result<IO>> + Send>>;
+
+/// What a member is built from besides its configuration: how it reaches peers, how
+/// it runs blocking work and how it makes its raft log durable. Production uses real
+/// TCP and threads; the simulation swaps in turmoil's network and inline work.
+pub struct Environment {
+    pub dialer: Arc<dyn Dialer>,
+    pub offload: Offload,
+    /// Whether the raft log is synced on its own thread (production) or inline.
+    pub threaded_wal_sync: bool,
+}
+
+impl Environment {
+    pub fn production() -> Self {
+        Environment {
+            dialer: Arc::new(TcpDialer),
+            offload: Offload::BlockingPool,
+            threaded_wal_sync: true,
+        }
+    }
+}
+
+/// Runs a member on the host's network until `shutdown` completes.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), NodeError> {
+    // Bind every listener first, so that a port conflict stops startup at once.
+    let peers = bind_all(&config.listen_peer_urls).await?;
+    let clients = bind_all(&config.listen_client_urls).await?;
+    serve(config, Environment::production(), peers, clients, shutdown).await
+}
+
+/// Runs a member in `environment`, serving peers and clients on the given incoming
+/// connections, until `shutdown` completes.
+pub async fn serve<IO>(
+    config: Config,
+    environment: Environment,
+    peers: Incoming<IO>,
+    clients: Incoming<IO>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), NodeError>
+where
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+{
     let token = config.initial_cluster_token.clone();
     let members: BTreeMap<NodeId, Member> = config
         .initial_cluster
@@ -256,9 +311,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         config.snapshot_count,
     )?);
     let snapshot_dir: PathBuf = config.data_dir.join("snapshots");
-    let state_machine = StateMachine::new(revision_store.clone(), snapshot_dir.clone());
-    let log_store = LogStore::new(db.clone())?;
-    let channels = PeerChannels::tcp();
+    let state_machine = StateMachine::new(
+        revision_store.clone(),
+        snapshot_dir.clone(),
+        environment.offload,
+    );
+    let syncer = if environment.threaded_wal_sync {
+        WalSyncer::spawn(&db)?
+    } else {
+        WalSyncer::inline(&db)
+    };
+    let log_store = LogStore::with_syncer(db.clone(), syncer)?;
+    let channels = PeerChannels::new(environment.dialer.clone(), DialOptions::default());
     let network = PeerNetworkFactory::new(id, channels.clone());
     let raft = Raft::new(id, raft_config.clone(), network, log_store, state_machine)
         .await
@@ -299,6 +363,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             quota_backend_bytes: config.quota_backend_bytes,
         },
         etcd_version: config.etcd_version.clone(),
+        offload: environment.offload,
     });
     tracing::info!(
         name = %config.name,
@@ -315,21 +380,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     };
 
-    // Bind every listener first, so that a port conflict stops startup at once.
-    let peer_listeners = bind_all(&config.listen_peer_urls).await?;
-    let client_listeners = bind_all(&config.listen_client_urls).await?;
     let mut servers = tokio::task::JoinSet::new();
-    for (url, listener) in peer_listeners {
-        tracing::info!(%url, "serving peers");
-        let peer_service = PeerService::new(raft.clone(), snapshot_dir.join("incoming"))?;
-        let router = tonic::transport::Server::builder().add_service(peer_service.into_service());
-        let stop = stopped();
-        servers.spawn(async move {
-            router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
-                .await
-        });
-    }
+    let peer_service = PeerService::new(raft.clone(), snapshot_dir.join("incoming"))?;
+    let peer_router = tonic::transport::Server::builder().add_service(peer_service.into_service());
+    let stop = stopped();
+    servers.spawn(async move { peer_router.serve_with_incoming_shutdown(peers, stop).await });
     let (health, health_service) = tonic_health::server::health_reporter();
     tokio::spawn(api::health::track(
         node.clone(),
@@ -345,16 +400,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         () = node.clone().publish_attributes() => true,
     };
     if published {
-        for (url, listener) in client_listeners {
-            tracing::info!(%url, "serving clients");
-            let router = api::client_router(node.clone(), health_service.clone());
-            let stop = stopped();
-            servers.spawn(async move {
-                router
-                    .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
-                    .await
-            });
-        }
+        tracing::info!("serving clients");
+        let client_router = api::client_router(node.clone(), health_service);
+        let stop = stopped();
+        servers.spawn(async move {
+            client_router
+                .serve_with_incoming_shutdown(clients, stop)
+                .await
+        });
         tokio::select! {
             () = &mut shutdown => tracing::info!("shutting down"),
             Some(result) = servers.join_next() => {

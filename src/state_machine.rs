@@ -18,6 +18,7 @@ use quantykube_raft::{
     CommandOutcome, LogId, Snapshot, SnapshotFile, SnapshotMeta, StoredMembership, TypeConfig,
 };
 
+use crate::offload::Offload;
 use crate::proto::command::Command;
 use crate::store::{RevisionStore, StoreError};
 
@@ -26,14 +27,28 @@ use crate::store::{RevisionStore, StoreError};
 pub struct StateMachine {
     store: Arc<RevisionStore>,
     snapshot_dir: PathBuf,
+    offload: Offload,
 }
 
 impl StateMachine {
-    pub fn new(store: Arc<RevisionStore>, snapshot_dir: PathBuf) -> Self {
+    pub fn new(store: Arc<RevisionStore>, snapshot_dir: PathBuf, offload: Offload) -> Self {
         StateMachine {
             store,
             snapshot_dir,
+            offload,
         }
+    }
+
+    /// Runs blocking store work where this member runs it.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, io::Error> {
+        self.offload
+            .run(work)
+            .await
+            .map_err(io::Error::other)?
+            .map_err(io::Error::from)
     }
 
     fn apply_normal(&self, log_id: &LogId, payload: &[u8]) -> Result<CommandOutcome, StoreError> {
@@ -53,23 +68,15 @@ impl StateMachine {
     }
 }
 
-/// Runs blocking store work off the async runtime's worker threads.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, io::Error> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(io::Error::other)?
-        .map_err(io::Error::from)
-}
-
 impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotData = SnapshotFile;
     type SnapshotBuilder = StateMachine;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
         let store = self.store.clone();
-        let applied = blocking(move || crate::store::read_applied(&store)).await?;
+        let applied = self
+            .blocking(move || crate::store::read_applied(&store))
+            .await?;
         Ok((applied.last_applied, applied.membership))
     }
 
@@ -111,7 +118,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let store = self.store.clone();
         let dir = self.snapshot_dir.clone();
         let expected = meta.clone();
-        blocking(move || {
+        self.blocking(move || {
             let installed = store.install_snapshot(&snapshot.path)?;
             if installed.last_log_id != expected.last_log_id {
                 return Err(StoreError::corrupt("snapshot file does not match its meta"));
@@ -123,7 +130,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
         let dir = self.snapshot_dir.clone();
-        let latest = blocking(move || crate::store::latest_snapshot(&dir)).await?;
+        let latest = self
+            .blocking(move || crate::store::latest_snapshot(&dir))
+            .await?;
         Ok(latest.map(|info| Snapshot {
             meta: info.meta,
             snapshot: SnapshotFile { path: info.path },
@@ -137,7 +146,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let store = self.store.clone();
         let dir = self.snapshot_dir.clone();
-        let info = blocking(move || store.build_snapshot(&dir)).await?;
+        let info = self.blocking(move || store.build_snapshot(&dir)).await?;
         Ok(Snapshot {
             meta: info.meta,
             snapshot: SnapshotFile { path: info.path },

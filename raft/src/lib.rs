@@ -33,3 +33,4 @@ pub use log_store::{LogStore, LOG_COLUMN_FAMILIES};
 pub use network::{PeerConnection, PeerNetworkFactory};
 pub use peer_server::PeerService;
 pub use types::*;
+pub use wal_sync::WalSyncer;

@@ -56,8 +56,15 @@ impl Debug for LogStore {
 }
 
 impl LogStore {
-    /// Wraps `db`, which must have been opened with [`LOG_COLUMN_FAMILIES`].
+    /// Wraps `db`, which must have been opened with [`LOG_COLUMN_FAMILIES`], and makes
+    /// appends durable on a dedicated WAL-sync thread.
     pub fn new(db: Arc<DB>) -> Result<Self, io::Error> {
+        let syncer = WalSyncer::spawn(&db)?;
+        Self::with_syncer(db, syncer)
+    }
+
+    /// Wraps `db` with the given syncer (an inline one for deterministic simulation).
+    pub fn with_syncer(db: Arc<DB>, syncer: WalSyncer) -> Result<Self, io::Error> {
         for name in LOG_COLUMN_FAMILIES {
             if db.cf_handle(name).is_none() {
                 return Err(io::Error::new(
@@ -66,7 +73,6 @@ impl LogStore {
                 ));
             }
         }
-        let syncer = WalSyncer::spawn(&db)?;
         Ok(Self { db, syncer })
     }
 

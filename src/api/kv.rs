@@ -64,7 +64,9 @@ impl KvService {
         read: impl FnOnce(&RevisionStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, Status> {
         let store = self.node.store().clone();
-        tokio::task::spawn_blocking(move || read(&store))
+        self.node
+            .offload()
+            .run(move || read(&store))
             .await
             .map_err(|e| status::internal("read", &e))?
             .map_err(status::from_store)
