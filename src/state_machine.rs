@@ -119,11 +119,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let dir = self.snapshot_dir.clone();
         let expected = meta.clone();
         self.blocking(move || {
-            let installed = store.install_snapshot(&snapshot.path)?;
+            let current = crate::store::keep_received_snapshot(&dir, &snapshot.path)?;
+            let installed = store.install_snapshot(&current)?;
             if installed.last_log_id != expected.last_log_id {
                 return Err(StoreError::corrupt("snapshot file does not match its meta"));
             }
-            crate::store::keep_installed_snapshot(&dir, &snapshot.path, &installed)
+            Ok(())
         })
         .await
     }

@@ -140,6 +140,20 @@ pub fn stage_applied_log_id(
     stage_json(store, batch, APPLIED_LOG_ID, &Some(log_id))
 }
 
+/// Forgets the applied log id: the store no longer claims to reflect any log prefix.
+pub fn stage_forget_applied(
+    store: &RevisionStore,
+    batch: &mut WriteBatch,
+) -> Result<(), StoreError> {
+    batch.delete_cf(store.cf(CF_META)?, APPLIED_LOG_ID);
+    Ok(())
+}
+
+/// True for the meta record a snapshot install must write last.
+pub fn is_applied_log_id(key: &[u8]) -> bool {
+    key == APPLIED_LOG_ID
+}
+
 pub fn stage_membership(
     store: &RevisionStore,
     batch: &mut WriteBatch,

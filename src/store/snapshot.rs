@@ -92,9 +92,17 @@ impl RevisionStore {
     }
 
     /// Replaces the whole store with the snapshot in `path`.
+    ///
+    /// Crash-safe together with the caller, which keeps `path` as the current snapshot
+    /// before calling: the applied log id is forgotten first and written last, so a
+    /// store cut short in between claims nothing applied, and at restart openraft
+    /// restores it from that current snapshot, whose log id is ahead.
     pub fn install_snapshot(&self, path: &Path) -> Result<SnapshotMeta, StoreError> {
         let mut input = BufReader::new(File::open(path)?);
         let meta = read_header(&mut input)?;
+        let mut forget = WriteBatch::default();
+        meta::stage_forget_applied(self, &mut forget)?;
+        self.db.write(forget)?;
         for name in CARRIED {
             self.clear(name)?;
         }
@@ -110,10 +118,16 @@ impl RevisionStore {
                 .ok_or_else(|| StoreError::corrupt("unknown snapshot record"))?;
             let key = read_chunk(&mut input)?;
             let value = read_chunk(&mut input)?;
+            if *name == CF_META && meta::is_applied_log_id(&key) {
+                continue;
+            }
             batch.put_cf(self.cf(name)?, key, value);
             if batch.size_in_bytes() >= INSTALL_BATCH_BYTES {
                 self.db.write(std::mem::take(&mut batch))?;
             }
+        }
+        if let Some(log_id) = &meta.last_log_id {
+            meta::stage_applied_log_id(self, &mut batch, log_id)?;
         }
         self.db.write(batch)?;
         tracing::info!(path = %path.display(), "installed snapshot");
@@ -185,19 +199,22 @@ fn remove_other_snapshots(dir: &Path, keep: &Path) {
     }
 }
 
-/// Moves an installed snapshot file into `dir` as the current snapshot, so that this
-/// node can serve it to others and report it after a restart.
-pub fn keep_installed_snapshot(
-    dir: &Path,
-    received: &Path,
-    meta: &SnapshotMeta,
-) -> Result<(), StoreError> {
+/// Makes a received snapshot file the current snapshot in `dir` (before it is
+/// installed, so that a crash during the install is repaired from it at restart) and
+/// returns its new path.
+pub fn keep_received_snapshot(dir: &Path, received: &Path) -> Result<PathBuf, StoreError> {
     std::fs::create_dir_all(dir)?;
-    let target = dir.join(format!("snapshot-{}.snap", snapshot_id(meta)));
+    let meta = read_snapshot_meta(received)?;
+    let target = dir.join(format!("snapshot-{}.snap", snapshot_id(&meta)));
     if received != target {
-        std::fs::rename(received, &target)
-            .or_else(|_| std::fs::copy(received, &target).map(|_| ()))?;
+        if std::fs::rename(received, &target).is_err() {
+            std::fs::copy(received, &target)?;
+            File::open(&target)?.sync_all()?;
+        }
+        if let Ok(directory) = File::open(dir) {
+            directory.sync_all()?;
+        }
     }
     remove_other_snapshots(dir, &target);
-    Ok(())
+    Ok(target)
 }

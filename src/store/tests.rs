@@ -471,3 +471,35 @@ fn a_snapshot_reproduces_the_store() {
         info.path
     );
 }
+
+#[test]
+fn an_install_cut_short_claims_nothing_applied_and_keeps_the_snapshot_current() {
+    let mut h = Harness::new();
+    h.put("a", "1");
+    let source_dir = tempfile::tempdir().unwrap();
+    let info = h.store.build_snapshot(source_dir.path()).unwrap();
+
+    let mut target = Harness::new();
+    target.put("old", "x");
+    assert!(read_applied(&target.store).unwrap().last_applied.is_some());
+    let target_dir = tempfile::tempdir().unwrap();
+    let current = keep_received_snapshot(target_dir.path(), &info.path).unwrap();
+    assert_eq!(
+        latest_snapshot(target_dir.path()).unwrap().unwrap().path,
+        current
+    );
+    // The first step of an install, then a crash: nothing applied is claimed, so
+    // openraft restores from the current snapshot at restart.
+    let mut forget = rocksdb::WriteBatch::default();
+    meta::stage_forget_applied(&target.store, &mut forget).unwrap();
+    target.store.db.write(forget).unwrap();
+    assert!(read_applied(&target.store).unwrap().last_applied.is_none());
+
+    let installed = target.store.install_snapshot(&current).unwrap();
+    assert_eq!(target.get("a").unwrap().value, b("1"));
+    assert!(target.get("old").is_none());
+    assert_eq!(
+        read_applied(&target.store).unwrap().last_applied,
+        installed.last_log_id
+    );
+}
