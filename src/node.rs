@@ -276,6 +276,64 @@ pub async fn serve<IO>(
 where
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
+    let node = start_member(&config, &environment).await?;
+    let raft = node.raft.clone();
+    let snapshot_dir = config.data_dir.join("snapshots");
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    let mut servers = tokio::task::JoinSet::new();
+    let peer_service = PeerService::new(raft.clone(), snapshot_dir.join("incoming"))?;
+    let peer_router = tonic::transport::Server::builder().add_service(peer_service.into_service());
+    let stop = stopped();
+    servers.spawn(async move { peer_router.serve_with_incoming_shutdown(peers, stop).await });
+    let (health, health_service) = tonic_health::server::health_reporter();
+    tokio::spawn(api::health::track(
+        node.clone(),
+        health,
+        config.election_timeout,
+    ));
+
+    // Like etcd, serve clients only once this member has published its name and client
+    // URLs to the cluster, so that MemberList never shows a serving member as unstarted.
+    tokio::pin!(shutdown);
+    let published = tokio::select! {
+        () = &mut shutdown => false,
+        () = node.clone().publish_attributes() => true,
+    };
+    if published {
+        tracing::info!("serving clients");
+        let client_router = api::client_router(node.clone(), health_service);
+        let stop = stopped();
+        servers.spawn(async move {
+            client_router
+                .serve_with_incoming_shutdown(clients, stop)
+                .await
+        });
+        tokio::select! {
+            () = &mut shutdown => tracing::info!("shutting down"),
+            Some(result) = servers.join_next() => {
+                tracing::error!(?result, "a server stopped unexpectedly");
+            }
+        }
+    }
+    let _ = stop_tx.send(true);
+    if let Err(error) = raft.shutdown().await {
+        tracing::warn!(%error, "raft shutdown");
+    }
+    servers.shutdown().await;
+    Ok(())
+}
+
+/// Opens this member's store, starts its raft and, for a new cluster, bootstraps the
+/// membership from `--initial-cluster`, as etcd's static bootstrap does.
+async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<Node>, NodeError> {
     let token = config.initial_cluster_token.clone();
     let members: BTreeMap<NodeId, Member> = config
         .initial_cluster
@@ -334,7 +392,8 @@ where
         .map(|initialized| !initialized)
         .map_err(|e| NodeError::Raft(e.to_string()))?;
     if fresh && config.initial_cluster_state == crate::config::ClusterState::New {
-        // Every founding member proposes the same membership; exactly one succeeds.
+        // Every founding member writes the same initial membership, as every etcd member
+        // of a static bootstrap does; raft then elects one leader.
         if let Err(error) = raft.initialize(members.clone()).await {
             tracing::debug!(%error, "cluster already initialized by another member");
         }
@@ -371,54 +430,5 @@ where
         cluster_id = %format!("{cluster_id:x}"),
         "member starting"
     );
-
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
-
-    let mut servers = tokio::task::JoinSet::new();
-    let peer_service = PeerService::new(raft.clone(), snapshot_dir.join("incoming"))?;
-    let peer_router = tonic::transport::Server::builder().add_service(peer_service.into_service());
-    let stop = stopped();
-    servers.spawn(async move { peer_router.serve_with_incoming_shutdown(peers, stop).await });
-    let (health, health_service) = tonic_health::server::health_reporter();
-    tokio::spawn(api::health::track(
-        node.clone(),
-        health,
-        config.election_timeout,
-    ));
-
-    // Like etcd, serve clients only once this member has published its name and client
-    // URLs to the cluster, so that MemberList never shows a serving member as unstarted.
-    tokio::pin!(shutdown);
-    let published = tokio::select! {
-        () = &mut shutdown => false,
-        () = node.clone().publish_attributes() => true,
-    };
-    if published {
-        tracing::info!("serving clients");
-        let client_router = api::client_router(node.clone(), health_service);
-        let stop = stopped();
-        servers.spawn(async move {
-            client_router
-                .serve_with_incoming_shutdown(clients, stop)
-                .await
-        });
-        tokio::select! {
-            () = &mut shutdown => tracing::info!("shutting down"),
-            Some(result) = servers.join_next() => {
-                tracing::error!(?result, "a server stopped unexpectedly");
-            }
-        }
-    }
-    let _ = stop_tx.send(true);
-    if let Err(error) = raft.shutdown().await {
-        tracing::warn!(%error, "raft shutdown");
-    }
-    servers.shutdown().await;
-    Ok(())
+    Ok(node)
 }
