@@ -36,6 +36,6 @@ for bin in "$(command -v etcd)" "$QK"; do
   echo "== $("$bin" --version | head -n1)"
   start_cluster "$bin"
   ETCDCTL_API=3 etcdctl --endpoints=127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379 \
-    check perf --load="$LOAD" 2>&1 | grep -v '^ *[0-9]* / [0-9]* ' | tail -n 8
+    check perf --load="$LOAD" 2>&1 | tr '\r' '\n' | grep -E '^(PASS|FAIL|WARN)' || true
   kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true
 done
