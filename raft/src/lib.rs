@@ -9,7 +9,8 @@
 //!    and build a [`LogStore`] on it;
 //! 2. build one [`PeerChannels`] (with the production [`TcpDialer`] or a simulated one);
 //! 3. `Raft::new(id, config, PeerNetworkFactory::new(id, channels.clone()), log_store, sm)`
-//!    with the config from [`raft_config`];
+//!    with the config from [`raft_config`] (a deterministic simulation runs this, and
+//!    everything after it, inside [`with_seed`], which fixes the election timeouts);
 //! 4. serve [`PeerService::into_service`] on the peer listener;
 //! 5. hand a [`RaftClient`] to the API layer for writes and read barriers.
 
@@ -22,6 +23,7 @@ pub mod log_store;
 pub mod network;
 pub mod pb;
 pub mod peer_server;
+pub mod runtime;
 pub mod types;
 pub mod wal_sync;
 
@@ -32,5 +34,6 @@ pub use dialer::{DialFuture, Dialer, DialerError, TcpDialer};
 pub use log_store::{LogStore, LOG_COLUMN_FAMILIES};
 pub use network::{PeerConnection, PeerNetworkFactory};
 pub use peer_server::PeerService;
+pub use runtime::{with_seed, RaftRuntime};
 pub use types::*;
 pub use wal_sync::WalSyncer;

@@ -15,12 +15,14 @@ use serde::{Deserialize, Serialize};
 pub type NodeId = u64;
 
 openraft::declare_raft_types!(
-    /// QuantyKube's raft types: opaque commands, member records as nodes, tokio runtime.
+    /// QuantyKube's raft types: opaque commands, member records as nodes, tokio runtime
+    /// with seedable randomness.
     pub TypeConfig:
         D = Command,
         R = CommandOutcome,
         NodeId = NodeId,
         Node = Member,
+        AsyncRuntime = crate::runtime::RaftRuntime,
 );
 
 /// One cluster member as membership stores it and `MemberList` reports it.

@@ -1,0 +1,497 @@
+//! End-of-run checks: members converge, revisions are sound, acknowledged writes last.
+//!
+//! This module owns [`Violation`] and the checks a simulation runs once its faults are
+//! healed:
+//! - convergence ([`await_convergence`]): every member reports the same store revision
+//!   and the same digest of every key (key, value, create and mod revision, version,
+//!   lease), read with serializable ranges from each member, as etcd's HashKV compares;
+//! - revisions ([`check_revisions`]): each acknowledged Put got a revision no other Put
+//!   got, a client's acknowledged Puts got strictly increasing revisions, and no
+//!   linearizable read returned a store or a key older than a Put acknowledged before
+//!   the read began;
+//! - accounting ([`check_accounting`]): every revision the store reached was made by a
+//!   Put the clients sent (none skipped, none invented);
+//! - durability ([`check_durability`]): reading at its revision, every acknowledged Put
+//!   is there on every member.
+//!
+//! It must never change the cluster (reads only) and never excuse a violation: a check
+//! that cannot decide (e.g. a member that does not answer) reports it as a violation.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions};
+
+use crate::client;
+use crate::history::{Op, Operation, Outcome};
+
+/// A checked property that does not hold, and the evidence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Which property, e.g. `convergence` or `stale-read`.
+    pub property: &'static str,
+    pub detail: String,
+}
+
+impl Violation {
+    fn new(property: &'static str, detail: impl Into<String>) -> Self {
+        Violation {
+            property,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} violated: {}", self.property, self.detail)
+    }
+}
+
+impl std::error::Error for Violation {}
+
+/// One member's store as a serializable read sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreDigest {
+    pub member: String,
+    /// The store revision in the response header.
+    pub revision: i64,
+    pub keys: usize,
+    /// FNV-1a over every key's key, value, create and mod revision, version and lease.
+    pub hash: u64,
+}
+
+impl StoreDigest {
+    fn same_store(&self, other: &StoreDigest) -> bool {
+        (self.revision, self.keys, self.hash) == (other.revision, other.keys, other.hash)
+    }
+}
+
+impl fmt::Display for StoreDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: rev {} keys {} hash {:016x}",
+            self.member, self.revision, self.keys, self.hash
+        )
+    }
+}
+
+/// Reads every key from the member `client` is connected to, serializably.
+pub async fn digest(client: &mut Client, member: &str) -> Result<StoreDigest, etcd_client::Error> {
+    let response = client
+        .get(
+            "",
+            Some(GetOptions::new().with_all_keys().with_serializable()),
+        )
+        .await?;
+    let mut hash = Fnv::new();
+    for kv in response.kvs() {
+        hash.bytes(kv.key());
+        hash.bytes(kv.value());
+        for n in [
+            kv.create_revision(),
+            kv.mod_revision(),
+            kv.version(),
+            kv.lease(),
+        ] {
+            hash.bytes(&n.to_le_bytes());
+        }
+    }
+    Ok(StoreDigest {
+        member: member.to_owned(),
+        revision: response.header().map_or(0, |h| h.revision()),
+        keys: response.kvs().len(),
+        hash: hash.finish(),
+    })
+}
+
+/// Polls every member in `members` (name and client URL) until all report the same
+/// store, and returns their digests; a [`Violation`] if they still differ (or some
+/// member does not answer) after `within`. Must run inside a turmoil host, once faults
+/// are healed.
+pub async fn await_convergence(
+    members: &[(String, String)],
+    within: Duration,
+) -> Result<Vec<StoreDigest>, Violation> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut clients: BTreeMap<String, Client> = BTreeMap::new();
+    loop {
+        let mut digests = Vec::with_capacity(members.len());
+        let mut failures = Vec::new();
+        for (name, url) in members {
+            match read_digest(&mut clients, name, url).await {
+                Ok(digest) => digests.push(digest),
+                Err(error) => failures.push(format!("{name}: {error}")),
+            }
+        }
+        let agreed = failures.is_empty()
+            && digests
+                .first()
+                .is_some_and(|first| digests.iter().all(|d| d.same_store(first)));
+        if agreed {
+            return Ok(digests);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let mut seen: Vec<String> = digests.iter().map(ToString::to_string).collect();
+            seen.extend(failures);
+            return Err(Violation::new(
+                "convergence",
+                format!("members still differ after {within:?}: {}", seen.join("; ")),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn read_digest(
+    clients: &mut BTreeMap<String, Client>,
+    name: &str,
+    url: &str,
+) -> Result<StoreDigest, String> {
+    let client = match clients.get_mut(name) {
+        Some(client) => client,
+        None => {
+            let client = client::connect(url).await.map_err(|e| e.to_string())?;
+            clients.entry(name.to_owned()).or_insert(client)
+        }
+    };
+    match digest(client, name).await {
+        Ok(digest) => Ok(digest),
+        Err(error) => {
+            // Re-dial next time: the connection may be the one that hangs.
+            clients.remove(name);
+            Err(error.to_string())
+        }
+    }
+}
+
+/// Checks the revisions clients saw: unique and per client increasing for acknowledged
+/// Puts, and never older than an earlier acknowledged Put for linearizable reads.
+pub fn check_revisions(operations: &[Operation]) -> Result<(), Violation> {
+    let mut owner: BTreeMap<i64, &Operation> = BTreeMap::new();
+    let mut last_by_client: BTreeMap<&str, &Operation> = BTreeMap::new();
+    for op in operations {
+        let Some(revision) = op.written_revision() else {
+            continue;
+        };
+        if let Some(other) = owner.insert(revision, op) {
+            return Err(Violation::new(
+                "unique-revisions",
+                format!("two acknowledged puts got revision {revision}: {other} and {op}"),
+            ));
+        }
+        if let Some(previous) = last_by_client.insert(&op.client, op) {
+            let before = previous.written_revision().unwrap_or(0);
+            if previous.completed <= op.invoked && before >= revision {
+                return Err(Violation::new(
+                    "monotonic-revisions",
+                    format!("{op} follows {previous} from the same client"),
+                ));
+            }
+        }
+    }
+    check_stale_reads(operations)
+}
+
+/// No linearizable read may miss a Put acknowledged before it was invoked: neither in
+/// the store revision of its header nor in the key it read.
+fn check_stale_reads(operations: &[Operation]) -> Result<(), Violation> {
+    // Acknowledged puts by completion time.
+    let mut writes: Vec<(&Operation, &str, i64)> = operations
+        .iter()
+        .filter_map(|op| match (&op.op, op.written_revision()) {
+            (Op::Put { key, .. }, Some(revision)) => Some((op, key.as_str(), revision)),
+            _ => None,
+        })
+        .collect();
+    writes.sort_by_key(|(op, _, _)| op.completed);
+    for read in operations {
+        let (
+            Op::Get {
+                key,
+                serializable: false,
+            },
+            Outcome::Read { revision, value },
+        ) = (&read.op, &read.outcome)
+        else {
+            continue;
+        };
+        let seen_key_revision = value.as_ref().map_or(0, |(_, mod_revision)| *mod_revision);
+        // Completion times are tick-granular: only strictly earlier puts count.
+        for (write, write_key, write_revision) in writes
+            .iter()
+            .take_while(|(write, _, _)| write.completed < read.invoked)
+        {
+            if *revision < *write_revision {
+                return Err(Violation::new(
+                    "stale-read",
+                    format!("{read} answered at a revision before {write}"),
+                ));
+            }
+            if *write_key == key && seen_key_revision < *write_revision {
+                return Err(Violation::new(
+                    "stale-read",
+                    format!("{read} missed {write}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the store went from `initial_revision` to `final_revision` by the
+/// clients' Puts alone: at least one revision per acknowledged Put, at most one per Put
+/// that may have taken effect, and every acknowledged revision in between. Only sound
+/// when the recorded clients are the only writers and write only with Put.
+pub fn check_accounting(
+    operations: &[Operation],
+    initial_revision: i64,
+    final_revision: i64,
+) -> Result<(), Violation> {
+    let acknowledged = operations
+        .iter()
+        .filter(|op| op.written_revision().is_some())
+        .count();
+    let indefinite = operations
+        .iter()
+        .filter(|op| op.is_indefinite_write())
+        .count();
+    let made = usize::try_from(final_revision - initial_revision).map_err(|_| {
+        Violation::new(
+            "revision-accounting",
+            format!("final revision {final_revision} is below the initial {initial_revision}"),
+        )
+    })?;
+    if made < acknowledged || made > acknowledged + indefinite {
+        return Err(Violation::new(
+            "revision-accounting",
+            format!(
+                "the store made {made} revisions for {acknowledged} acknowledged and \
+                 {indefinite} indefinite puts"
+            ),
+        ));
+    }
+    if let Some(op) = operations.iter().find(|op| {
+        op.written_revision()
+            .is_some_and(|r| r <= initial_revision || r > final_revision)
+    }) {
+        return Err(Violation::new(
+            "revision-accounting",
+            format!("{op} is outside ({initial_revision}, {final_revision}]"),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads every acknowledged Put back at its own revision from the member `client` is
+/// connected to: the key must hold the Put's value, modified at that revision.
+pub async fn check_durability(
+    client: &mut Client,
+    member: &str,
+    operations: &[Operation],
+) -> Result<(), Violation> {
+    for op in operations {
+        let (Op::Put { key, value }, Some(revision)) = (&op.op, op.written_revision()) else {
+            continue;
+        };
+        let response = client
+            .get(
+                key.as_str(),
+                Some(
+                    GetOptions::new()
+                        .with_revision(revision)
+                        .with_serializable(),
+                ),
+            )
+            .await
+            .map_err(|e| {
+                Violation::new(
+                    "durability",
+                    format!("{member} could not read back {op}: {e}"),
+                )
+            })?;
+        let found = response
+            .kvs()
+            .first()
+            .map(|kv| (kv.value().to_vec(), kv.mod_revision()));
+        if found != Some((value.as_bytes().to_vec(), revision)) {
+            return Err(Violation::new(
+                "durability",
+                format!(
+                    "{member} lost {op}: at revision {revision} it has {:?}",
+                    found.map(|(v, r)| (String::from_utf8_lossy(&v).into_owned(), r))
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every check, in order, once faults are healed: the members converge (within
+/// `within`), the clients' revisions are sound, every revision after
+/// `initial_revision` is accounted for by the clients' Puts, and every member still
+/// has every acknowledged Put. Returns the members' digests. Must run inside a turmoil
+/// host; the accounting is only sound when the recorded clients are the only writers.
+pub async fn check_healed_cluster(
+    members: &[(String, String)],
+    operations: &[Operation],
+    initial_revision: i64,
+    within: Duration,
+) -> Result<Vec<StoreDigest>, Violation> {
+    let digests = await_convergence(members, within).await?;
+    check_revisions(operations)?;
+    let final_revision = digests.first().map_or(initial_revision, |d| d.revision);
+    check_accounting(operations, initial_revision, final_revision)?;
+    for (name, url) in members {
+        let mut etcd = client::connect(url)
+            .await
+            .map_err(|e| Violation::new("durability", format!("{name} does not answer: {e}")))?;
+        check_durability(&mut etcd, name, operations).await?;
+    }
+    Ok(digests)
+}
+
+/// 64-bit FNV-1a: a small, stable hash, identical in every run and on every platform.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        // Length first, so that ("ab", "c") and ("a", "bc") differ.
+        for byte in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(client: &str, op: Op, invoked: u64, completed: u64, outcome: Outcome) -> Operation {
+        Operation {
+            client: client.to_owned(),
+            op,
+            invoked: Duration::from_millis(invoked),
+            completed: Duration::from_millis(completed),
+            outcome,
+        }
+    }
+
+    fn put(client: &str, key: &str, t: (u64, u64), revision: i64) -> Operation {
+        op(
+            client,
+            Op::Put {
+                key: key.into(),
+                value: format!("{client}@{revision}"),
+            },
+            t.0,
+            t.1,
+            Outcome::Written { revision },
+        )
+    }
+
+    fn get(key: &str, t: (u64, u64), revision: i64, mod_revision: Option<i64>) -> Operation {
+        op(
+            "r",
+            Op::Get {
+                key: key.into(),
+                serializable: false,
+            },
+            t.0,
+            t.1,
+            Outcome::Read {
+                revision,
+                value: mod_revision.map(|m| ("v".to_owned(), m)),
+            },
+        )
+    }
+
+    #[test]
+    fn sound_history_passes() {
+        let ops = vec![
+            put("a", "k", (0, 10), 2),
+            put("b", "j", (5, 12), 3),
+            get("k", (11, 15), 3, Some(2)),
+            put("a", "k", (20, 30), 4),
+            // Concurrent with the put of revision 4: may miss it.
+            get("k", (25, 35), 3, Some(2)),
+        ];
+        assert_eq!(check_revisions(&ops), Ok(()));
+        assert_eq!(check_accounting(&ops, 1, 4), Ok(()));
+    }
+
+    #[test]
+    fn duplicate_and_decreasing_revisions_are_caught() {
+        let dup = vec![put("a", "k", (0, 10), 2), put("b", "k", (0, 10), 2)];
+        assert_eq!(
+            check_revisions(&dup).map_err(|v| v.property),
+            Err("unique-revisions")
+        );
+        let back = vec![put("a", "k", (0, 10), 3), put("a", "k", (11, 20), 2)];
+        assert_eq!(
+            check_revisions(&back).map_err(|v| v.property),
+            Err("monotonic-revisions")
+        );
+    }
+
+    #[test]
+    fn stale_reads_are_caught() {
+        let old_store = vec![put("a", "k", (0, 10), 5), get("x", (11, 12), 4, None)];
+        assert_eq!(
+            check_revisions(&old_store).map_err(|v| v.property),
+            Err("stale-read")
+        );
+        let old_key = vec![put("a", "k", (0, 10), 5), get("k", (11, 12), 6, Some(3))];
+        assert_eq!(
+            check_revisions(&old_key).map_err(|v| v.property),
+            Err("stale-read")
+        );
+    }
+
+    #[test]
+    fn accounting_bounds_revisions_by_puts() {
+        let unknown = op(
+            "a",
+            Op::Put {
+                key: "k".into(),
+                value: "v".into(),
+            },
+            0,
+            10,
+            Outcome::Unknown("timeout".into()),
+        );
+        let ops = vec![put("a", "k", (0, 10), 2), unknown];
+        assert_eq!(check_accounting(&ops, 1, 2), Ok(()));
+        assert_eq!(check_accounting(&ops, 1, 3), Ok(()));
+        assert_eq!(
+            check_accounting(&ops, 1, 4).map_err(|v| v.property),
+            Err("revision-accounting")
+        );
+        assert_eq!(
+            check_accounting(&ops[..1], 2, 3).map_err(|v| v.property),
+            Err("revision-accounting")
+        );
+    }
+
+    #[test]
+    fn fnv_separates_fields() {
+        let mut a = Fnv::new();
+        a.bytes(b"ab");
+        a.bytes(b"c");
+        let mut b = Fnv::new();
+        b.bytes(b"a");
+        b.bytes(b"bc");
+        assert_ne!(a.finish(), b.finish());
+    }
+}

@@ -1,0 +1,156 @@
+//! Client programs that put load on a simulated cluster and record what they saw.
+//!
+//! This module owns [`Writer`]: one sequential client that puts unique values on a small
+//! key set, reads each key back, and fails over to the next member on any error, as
+//! etcd clients do. Every request goes into a [`History`]. It must never judge the
+//! results (the checker does) and never inject faults.
+
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions};
+
+use crate::client::{self, ClientOptions};
+use crate::error::SimError;
+use crate::history::{self, History, Op, Operation, Outcome};
+
+/// A sequential client that writes `writes` unique values, round robin over `keys`,
+/// and reads each key back after writing it.
+#[derive(Clone, Debug)]
+pub struct Writer {
+    /// The client's name in the history (its turmoil host name, by convention).
+    pub name: String,
+    /// Members to talk to, preferred first; the next one is tried after an error.
+    pub endpoints: Vec<String>,
+    pub keys: Vec<String>,
+    pub writes: usize,
+    /// Pause between two writes.
+    pub pause: Duration,
+    /// Read back with serializable instead of linearizable reads.
+    pub serializable_reads: bool,
+    pub options: ClientOptions,
+}
+
+impl Writer {
+    /// A writer named `name` over `endpoints` with keys `k0..k4`, 50 writes 10 ms apart.
+    pub fn new(name: impl Into<String>, endpoints: Vec<String>) -> Self {
+        Writer {
+            name: name.into(),
+            endpoints,
+            keys: (0..5).map(|i| format!("k{i}")).collect(),
+            writes: 50,
+            pause: Duration::from_millis(10),
+            serializable_reads: false,
+            options: ClientOptions::default(),
+        }
+    }
+
+    /// Runs the workload, recording into `history`. Must run inside a turmoil host.
+    /// Errors of the cluster are recorded, not returned; only a workload that cannot
+    /// run at all (no endpoints, no keys) fails.
+    pub async fn run(self, history: History) -> Result<(), SimError> {
+        if self.endpoints.is_empty() || self.keys.is_empty() {
+            return Err(SimError::Invalid(
+                "a writer needs endpoints and keys".into(),
+            ));
+        }
+        let mut session = Session {
+            writer: &self,
+            next_endpoint: 0,
+            client: None,
+        };
+        for i in 0..self.writes {
+            let key = self.keys[i % self.keys.len()].clone();
+            let value = format!("{}-{i}", self.name);
+            let put = session
+                .perform(
+                    &history,
+                    Op::Put {
+                        key: key.clone(),
+                        value,
+                    },
+                )
+                .await;
+            if matches!(put, Outcome::Written { .. }) {
+                session
+                    .perform(
+                        &history,
+                        Op::Get {
+                            key,
+                            serializable: self.serializable_reads,
+                        },
+                    )
+                    .await;
+            }
+            tokio::time::sleep(self.pause).await;
+        }
+        Ok(())
+    }
+}
+
+/// A writer's connection, re-dialled to the next endpoint after each failure.
+struct Session<'a> {
+    writer: &'a Writer,
+    next_endpoint: usize,
+    client: Option<Client>,
+}
+
+impl Session<'_> {
+    async fn perform(&mut self, history: &History, op: Op) -> Outcome {
+        let invoked = history::now();
+        // The channel's own deadline should fire first; this one bounds the dial too.
+        let deadline =
+            self.writer.options.request_timeout + self.writer.options.connect_timeout * 3;
+        let outcome = match tokio::time::timeout(deadline, self.attempt(&op)).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(error)) => Outcome::Unknown(error.to_string()),
+            Err(_) => Outcome::Unknown("client deadline".to_owned()),
+        };
+        if matches!(outcome, Outcome::Unknown(_)) {
+            // Fail over, as etcd clients do: drop the connection, try the next member.
+            self.client = None;
+        }
+        history.record(Operation {
+            client: self.writer.name.clone(),
+            op,
+            invoked,
+            completed: history::now(),
+            outcome: outcome.clone(),
+        });
+        outcome
+    }
+
+    async fn attempt(&mut self, op: &Op) -> Result<Outcome, SimError> {
+        let client = match &mut self.client {
+            Some(client) => client,
+            None => {
+                let endpoints = &self.writer.endpoints;
+                let url = &endpoints[self.next_endpoint % endpoints.len()];
+                self.next_endpoint += 1;
+                self.client
+                    .insert(client::connect_with(url, &self.writer.options).await?)
+            }
+        };
+        match op {
+            Op::Put { key, value } => {
+                let response = client.put(key.as_str(), value.as_str(), None).await?;
+                Ok(Outcome::Written {
+                    revision: response.header().map_or(0, |h| h.revision()),
+                })
+            }
+            Op::Get { key, serializable } => {
+                let options = serializable.then(|| GetOptions::new().with_serializable());
+                let response = client.get(key.as_str(), options).await?;
+                let value = response.kvs().first().map(|kv| {
+                    (
+                        String::from_utf8_lossy(kv.value()).into_owned(),
+                        kv.mod_revision(),
+                    )
+                });
+                Ok(Outcome::Read {
+                    revision: response.header().map_or(0, |h| h.revision()),
+                    value,
+                })
+            }
+        }
+    }
+}
