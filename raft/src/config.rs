@@ -33,9 +33,13 @@ pub enum RaftConfigError {
 /// Builds the openraft configuration from etcd's knobs.
 ///
 /// - `heartbeat` is etcd's `--heartbeat-interval` (default 100 ms).
-/// - `election_timeout` is etcd's `--election-timeout` (default 1000 ms); a follower
-///   times out after a random duration in `[election_timeout, 2 * election_timeout)`,
-///   as etcd randomises it.
+/// - `election_timeout` is etcd's `--election-timeout` (default 1000 ms). In etcd a
+///   member refuses votes while it heard from a leader within one election timeout
+///   (check-quorum) and campaigns after a random `[t, 2t)`, so a dead leader is
+///   replaced within `[t, 2t)`. openraft's leader lease is its maximum election
+///   timeout, so the same window comes from a lease of `t` and timers in `[t/2, t)`:
+///   no member votes for a newcomer before `t` of silence, and a new leader follows
+///   within about `2t`.
 /// - `snapshot_count` is etcd's `--snapshot-count`: a snapshot is taken every that
 ///   many applied entries, and up to [`SNAPSHOT_CATCH_UP_ENTRIES`] older entries stay in
 ///   the log for followers that lag a little.
@@ -52,15 +56,13 @@ pub fn raft_config(
     if snapshot_count == 0 {
         return Err(RaftConfigError::ZeroSnapshotCount);
     }
-    let election_max_ms = election_ms.checked_mul(2).ok_or(RaftConfigError::TooLong {
-        what: "election timeout",
-        value: election_timeout,
-    })?;
+    let election_max_ms = election_ms;
+    let election_min_ms = (election_ms / 2).max(heartbeat_ms.saturating_add(1));
 
     let config = Config {
         cluster_name: "quantykube".to_owned(),
         heartbeat_interval: heartbeat_ms,
-        election_timeout_min: election_ms,
+        election_timeout_min: election_min_ms,
         election_timeout_max: election_max_ms,
         // A node that cannot win (partitioned, restarted, stale log) must not bump its
         // term and depose a healthy leader when it comes back: etcd's --pre-vote (on by
@@ -104,8 +106,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.heartbeat_interval, 100);
-        assert_eq!(c.election_timeout_min, 1000);
-        assert_eq!(c.election_timeout_max, 2000);
+        assert_eq!(c.election_timeout_min, 500);
+        assert_eq!(c.election_timeout_max, 1000);
         assert_eq!(c.snapshot_policy, SnapshotPolicy::LogsSinceLast(10_000));
         assert_eq!(c.max_in_snapshot_log_to_keep, SNAPSHOT_CATCH_UP_ENTRIES);
         assert_eq!(c.enable_pre_vote, Some(true));
