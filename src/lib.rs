@@ -9,6 +9,8 @@ pub mod config;
 pub mod identity;
 pub mod node;
 pub mod offload;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 pub mod proto;
 pub mod state_machine;
 pub mod store;

@@ -148,6 +148,10 @@ impl Node {
                 return Err(status::no_space());
             }
         }
+        #[cfg(feature = "planted-bugs")]
+        if let Some(acknowledged) = self.planted_early_ack(&command, &encoded) {
+            return Ok(Some(acknowledged));
+        }
         let outcome = self
             .client
             .write(RaftCommand(encoded.into()))
@@ -161,9 +165,39 @@ impl Node {
         }
     }
 
+    /// The planted `AckBeforeCommit` bug: a Put is proposed in the background and
+    /// acknowledged at once with the revision it would get if nothing intervened.
+    #[cfg(feature = "planted-bugs")]
+    fn planted_early_ack(&self, command: &Command, encoded: &[u8]) -> Option<Outcome> {
+        use crate::planted::{is_planted, PlantedBug};
+        let Some(CommandRequest::Put(_)) = &command.request else {
+            return None;
+        };
+        if !is_planted(PlantedBug::AckBeforeCommit) {
+            return None;
+        }
+        let guessed = self.store.current_revision().ok()? + 1;
+        let client = self.client.clone();
+        let entry = RaftCommand(encoded.to_vec().into());
+        tokio::spawn(async move {
+            let _ = client.write(entry).await;
+        });
+        Some(Outcome::Put(crate::proto::etcdserverpb::PutResponse {
+            header: Some(ResponseHeader {
+                revision: guessed,
+                ..Default::default()
+            }),
+            prev_kv: None,
+        }))
+    }
+
     /// Waits until this member's store reflects every write committed before the call:
     /// the read index of a linearizable read.
     pub async fn read_barrier(&self) -> Result<(), Status> {
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::is_planted(crate::planted::PlantedBug::LocalLinearizableReads) {
+            return Ok(());
+        }
         self.client.read_barrier().await.map_err(status::from_read)
     }
 
@@ -370,6 +404,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     )?);
     let snapshot_dir: PathBuf = config.data_dir.join("snapshots");
     let state_machine = StateMachine::new(
+        id,
         revision_store.clone(),
         snapshot_dir.clone(),
         environment.offload,

@@ -15,7 +15,8 @@ use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
 use prost::Message;
 use quantykube_raft::{
-    CommandOutcome, LogId, Snapshot, SnapshotFile, SnapshotMeta, StoredMembership, TypeConfig,
+    CommandOutcome, LogId, NodeId, Snapshot, SnapshotFile, SnapshotMeta, StoredMembership,
+    TypeConfig,
 };
 
 use crate::offload::Offload;
@@ -25,14 +26,21 @@ use crate::store::{RevisionStore, StoreError};
 /// Applies the log to one node's revision store.
 #[derive(Clone)]
 pub struct StateMachine {
+    member: NodeId,
     store: Arc<RevisionStore>,
     snapshot_dir: PathBuf,
     offload: Offload,
 }
 
 impl StateMachine {
-    pub fn new(store: Arc<RevisionStore>, snapshot_dir: PathBuf, offload: Offload) -> Self {
+    pub fn new(
+        member: NodeId,
+        store: Arc<RevisionStore>,
+        snapshot_dir: PathBuf,
+        offload: Offload,
+    ) -> Self {
         StateMachine {
+            member,
             store,
             snapshot_dir,
             offload,
@@ -54,13 +62,19 @@ impl StateMachine {
     fn apply_normal(&self, log_id: &LogId, payload: &[u8]) -> Result<CommandOutcome, StoreError> {
         match Command::decode(payload) {
             Ok(command) => {
+                #[cfg(feature = "planted-bugs")]
+                if crate::planted::is_planted(crate::planted::PlantedBug::DoubleApply {
+                    member: self.member,
+                }) {
+                    self.store.apply_command(log_id, &command)?;
+                }
                 let result = self.store.apply_command(log_id, &command)?;
                 Ok(CommandOutcome(result.encode_to_vec().into()))
             }
             Err(error) => {
                 // Only our own encoder writes commands; an undecodable one changes nothing
                 // and is answered with an empty outcome on every node alike.
-                tracing::error!(%log_id, %error, "undecodable command in the log");
+                tracing::error!(member = self.member, %log_id, %error, "undecodable command in the log");
                 self.store.apply_blank(log_id)?;
                 Ok(CommandOutcome::default())
             }
