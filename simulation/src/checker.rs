@@ -5,14 +5,17 @@
 //! - convergence ([`await_convergence`]): every member reports the same store revision
 //!   and the same digest of every key (key, value, create and mod revision, version,
 //!   lease), read with serializable ranges from each member, as etcd's HashKV compares;
-//! - revisions ([`check_revisions`]): each acknowledged Put got a revision no other Put
-//!   got, a client's acknowledged Puts got strictly increasing revisions, and no
-//!   linearizable read returned a store or a key older than a Put acknowledged before
-//!   the read began;
+//! - revisions ([`check_revisions`]): each acknowledged write (Put, Cas that swapped,
+//!   Delete that deleted) got a revision no other write got, a client's acknowledged
+//!   writes got strictly increasing revisions, and no linearizable read returned a
+//!   store or a key older than a write acknowledged before the read began;
 //! - accounting ([`check_accounting`]): every revision the store reached was made by a
-//!   Put the clients sent (none skipped, none invented);
+//!   write the clients sent (none skipped, none invented);
+//! - linearizability (in [`linearizability`], run by [`check_healed_cluster`]): one
+//!   order of all operations explains every answer a client got;
 //! - durability ([`check_durability`]): reading at its revision, every acknowledged Put
-//!   is there on every member.
+//!   and Cas is there on every member, unless a Compact the clients sent removed that
+//!   revision.
 //!
 //! It must never change the cluster (reads only) and never excuse a violation: a check
 //! that cannot decide (e.g. a member that does not answer) reports it as a violation.
@@ -23,8 +26,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
 
-use crate::client;
 use crate::history::{Op, Operation, Outcome};
+use crate::{client, linearizability};
 
 /// A checked property that does not hold, and the evidence.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -195,18 +198,24 @@ pub fn check_revisions(operations: &[Operation]) -> Result<(), Violation> {
     check_stale_reads(operations)
 }
 
-/// No linearizable read may miss a Put acknowledged before it was invoked: neither in
-/// the store revision of its header nor in the key it read.
+/// No linearizable read may miss a write acknowledged before it was invoked: neither
+/// in the store revision of its header nor in the key it read. A read that finds the
+/// key absent after a Put or Cas is stale only if no Delete of the key (acknowledged
+/// or not) may have come in between.
 fn check_stale_reads(operations: &[Operation]) -> Result<(), Violation> {
-    // Acknowledged puts by completion time.
+    // Acknowledged writes (Put, Cas that swapped, Delete that deleted) by completion.
     let mut writes: Vec<(&Operation, &str, i64)> = operations
         .iter()
-        .filter_map(|op| match (&op.op, op.written_revision()) {
-            (Op::Put { key, .. }, Some(revision)) => Some((op, key.as_str(), revision)),
+        .filter_map(|op| Some((op, written_key(op)?, op.written_revision()?)))
+        .collect();
+    writes.sort_by_key(|(op, _, _)| op.completed);
+    let deletes: Vec<(&Operation, &str)> = operations
+        .iter()
+        .filter_map(|op| match &op.op {
+            Op::Delete { key } => Some((op, key.as_str())),
             _ => None,
         })
         .collect();
-    writes.sort_by_key(|(op, _, _)| op.completed);
     for read in operations {
         let (
             Op::Get {
@@ -218,8 +227,7 @@ fn check_stale_reads(operations: &[Operation]) -> Result<(), Violation> {
         else {
             continue;
         };
-        let seen_key_revision = value.as_ref().map_or(0, |(_, mod_revision)| *mod_revision);
-        // Completion times are tick-granular: only strictly earlier puts count.
+        // Completion times are tick-granular: only strictly earlier writes count.
         for (write, write_key, write_revision) in writes
             .iter()
             .take_while(|(write, _, _)| write.completed < read.invoked)
@@ -230,7 +238,21 @@ fn check_stale_reads(operations: &[Operation]) -> Result<(), Violation> {
                     format!("{read} answered at a revision before {write}"),
                 ));
             }
-            if *write_key == key && seen_key_revision < *write_revision {
+            if *write_key != key {
+                continue;
+            }
+            let stale = match value {
+                Some((_, mod_revision)) => mod_revision < write_revision,
+                None => {
+                    !matches!(write.op, Op::Delete { .. })
+                        && !deletes.iter().any(|(delete, k)| {
+                            k == write_key
+                                && delete.completed >= write.invoked
+                                && delete.invoked <= read.completed
+                        })
+                }
+            };
+            if stale {
                 return Err(Violation::new(
                     "stale-read",
                     format!("{read} missed {write}"),
@@ -239,6 +261,14 @@ fn check_stale_reads(operations: &[Operation]) -> Result<(), Violation> {
         }
     }
     Ok(())
+}
+
+/// The key an operation writes, if it is a write.
+fn written_key(op: &Operation) -> Option<&str> {
+    match &op.op {
+        Op::Put { key, .. } | Op::Cas { key, .. } | Op::Delete { key } => Some(key),
+        Op::Get { .. } | Op::Compact { .. } => None,
+    }
 }
 
 /// Checks that the store went from `initial_revision` to `final_revision` by the
@@ -285,15 +315,27 @@ pub fn check_accounting(
     Ok(())
 }
 
-/// Reads every acknowledged Put back at its own revision from the member `client` is
-/// connected to: the key must hold the Put's value, modified at that revision.
+/// Reads every acknowledged Put (and Cas that swapped) back at its own revision from
+/// the member `client` is connected to: the key must hold the write's value, modified
+/// at that revision. A revision a Compact in the history (answered or not) may have
+/// compacted away is skipped; a compacted one no Compact asked for is a violation.
 pub async fn check_durability(
     client: &mut Client,
     member: &str,
     operations: &[Operation],
 ) -> Result<(), Violation> {
+    let compactable = operations
+        .iter()
+        .filter_map(|op| match op.op {
+            Op::Compact { revision } => Some(revision),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
     for op in operations {
-        let (Op::Put { key, value }, Some(revision)) = (&op.op, op.written_revision()) else {
+        let (Op::Put { key, value } | Op::Cas { key, value, .. }, Some(revision)) =
+            (&op.op, op.written_revision())
+        else {
             continue;
         };
         let response = client
@@ -305,13 +347,17 @@ pub async fn check_durability(
                         .with_serializable(),
                 ),
             )
-            .await
-            .map_err(|e| {
-                Violation::new(
+            .await;
+        let response = match response {
+            Ok(response) => response,
+            Err(error) if is_compacted(&error) && revision <= compactable => continue,
+            Err(error) => {
+                return Err(Violation::new(
                     "durability",
-                    format!("{member} could not read back {op}: {e}"),
-                )
-            })?;
+                    format!("{member} could not read back {op}: {error}"),
+                ))
+            }
+        };
         let found = response
             .kvs()
             .first()
@@ -329,8 +375,15 @@ pub async fn check_durability(
     Ok(())
 }
 
+/// etcd's "required revision has been compacted".
+fn is_compacted(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status)
+        if status.code() == tonic::Code::OutOfRange && status.message().contains("compacted"))
+}
+
 /// Every check, in order, once faults are healed: the members converge (within
-/// `within`), the clients' revisions are sound, every revision after
+/// `within`), the clients' revisions are sound, the history is linearizable
+/// ([`linearizability::check`]), every revision after
 /// `initial_revision` is accounted for by the clients' Puts, and every member still
 /// has every acknowledged Put. Returns the members' digests. Must run inside a turmoil
 /// host; the accounting is only sound when the recorded clients are the only writers.
@@ -342,6 +395,7 @@ pub async fn check_healed_cluster(
 ) -> Result<Vec<StoreDigest>, Violation> {
     let digests = await_convergence(members, within).await?;
     check_revisions(operations)?;
+    linearizability::check(operations, initial_revision)?;
     let final_revision = digests.first().map_or(initial_revision, |d| d.revision);
     check_accounting(operations, initial_revision, final_revision)?;
     for (name, url) in members {
@@ -354,14 +408,14 @@ pub async fn check_healed_cluster(
 }
 
 /// 64-bit FNV-1a: a small, stable hash, identical in every run and on every platform.
-struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl Fnv {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Fnv(0xcbf2_9ce4_8422_2325)
     }
 
-    fn bytes(&mut self, bytes: &[u8]) {
+    pub(crate) fn bytes(&mut self, bytes: &[u8]) {
         // Length first, so that ("ab", "c") and ("a", "bc") differ.
         for byte in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
             self.0 ^= u64::from(*byte);
@@ -369,7 +423,7 @@ impl Fnv {
         }
     }
 
-    fn finish(&self) -> u64 {
+    pub(crate) fn finish(&self) -> u64 {
         self.0
     }
 }

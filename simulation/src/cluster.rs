@@ -3,9 +3,10 @@
 //! This module owns [`SimCluster`] and its builder: it adds one turmoil host per member
 //! (named `n1`, `n2`, ...), keeps each member's data directory outside the host so that
 //! a crashed member restarts on its data, seeds each start of each member from the
-//! cluster seed, and turns faults named by member (crash, restart, partition, isolate,
-//! heal) into turmoil's. It must never drive the simulation itself (the caller steps or
-//! runs the `Sim`) and never talk to the members: clients do that, as in production.
+//! cluster seed, and turns faults named by member (crash, restart, partition both ways
+//! or one way, isolate, split, slow links, delay, message loss, heal) into turmoil's.
+//! It must never drive the simulation itself (the caller steps or runs the `Sim`) and
+//! never talk to the members: clients do that, as in production.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
@@ -18,6 +19,7 @@ use tempfile::TempDir;
 
 use crate::error::SimError;
 use crate::node::{self, NodeSpec, CLIENT_PORT};
+use crate::rng::mix;
 
 /// Configures a [`SimCluster`]; start from [`SimCluster::builder`].
 #[derive(Clone, Debug)]
@@ -28,6 +30,7 @@ pub struct SimClusterBuilder {
     election_timeout: Duration,
     data_root: Option<PathBuf>,
     extra_flags: Vec<String>,
+    latency: (Duration, Duration),
 }
 
 impl Default for SimClusterBuilder {
@@ -39,6 +42,7 @@ impl Default for SimClusterBuilder {
             election_timeout: Duration::from_millis(1000),
             data_root: None,
             extra_flags: Vec::new(),
+            latency: (Duration::from_millis(1), Duration::from_millis(10)),
         }
     }
 }
@@ -74,6 +78,14 @@ impl SimClusterBuilder {
     /// One more etcd flag for every member, e.g. `--snapshot-count=100`.
     pub fn flag(mut self, flag: impl Into<String>) -> Self {
         self.extra_flags.push(flag.into());
+        self
+    }
+
+    /// The message latency (min, max) of a healthy link, which [`SimCluster::heal`]
+    /// restores on links this cluster slowed down. Default 1 to 10 ms, as
+    /// [`crate::sim_builder`] configures turmoil.
+    pub fn link_latency(mut self, min: Duration, max: Duration) -> Self {
+        self.latency = (min, max.max(min));
         self
     }
 
@@ -113,6 +125,11 @@ impl SimClusterBuilder {
         Ok(SimCluster {
             members,
             cut: RefCell::new(BTreeSet::new()),
+            cut_oneway: RefCell::new(BTreeSet::new()),
+            slowed: RefCell::new(BTreeSet::new()),
+            delayed: RefCell::new(BTreeSet::new()),
+            lossy: RefCell::new(BTreeSet::new()),
+            latency: self.latency,
         })
     }
 }
@@ -143,14 +160,6 @@ fn member_seed(seed: u64, index: usize) -> u64 {
     mix(seed, index as u64 + 1)
 }
 
-/// SplitMix64 of `a` and `b`: distinct inputs give unrelated seeds.
-fn mix(a: u64, b: u64) -> u64 {
-    let z = a ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 struct Member {
     name: String,
     /// Kept for the cluster's lifetime (the host closure holds it too).
@@ -179,6 +188,17 @@ pub struct SimCluster {
     members: Vec<Member>,
     /// Links this cluster cut (host name pairs, in order), for [`SimCluster::heal`].
     cut: RefCell<BTreeSet<(String, String)>>,
+    /// Directions this cluster cut, `(from, to)`.
+    cut_oneway: RefCell<BTreeSet<(String, String)>>,
+    /// Links (host name pairs, in order) whose latency [`SimCluster::slow`] fixed.
+    slowed: RefCell<BTreeSet<(String, String)>>,
+    /// Links (host name pairs, in order) whose maximum latency [`SimCluster::delay`]
+    /// raised.
+    delayed: RefCell<BTreeSet<(String, String)>>,
+    /// Links (host name pairs, in order) this cluster made drop messages.
+    lossy: RefCell<BTreeSet<(String, String)>>,
+    /// A healthy link's latency (min, max).
+    latency: (Duration, Duration),
 }
 
 impl SimCluster {
@@ -243,28 +263,27 @@ impl SimCluster {
         name: &str,
         act: impl FnOnce(&mut turmoil::Sim<'_>),
     ) {
-        let host = sim.lookup(name);
-        let mut links = Vec::new();
-        sim.links(|all| {
-            for link in all {
-                let (a, b) = link.pair();
-                if a == host || b == host {
-                    links.push((a, b));
-                }
-            }
-        });
+        let links = links_of(sim, name);
         for &(a, b) in &links {
             sim.partition(a, b);
         }
         act(sim);
         let cut = self.cut.borrow();
+        let cut_oneway = self.cut_oneway.borrow();
         for (a, b) in links {
-            let cut_by_us = match (sim.reverse_lookup(a), sim.reverse_lookup(b)) {
-                (Some(a), Some(b)) => cut.contains(&ordered(&a, &b)),
-                _ => false,
-            };
-            if !cut_by_us {
+            let (Some(a_name), Some(b_name)) = (sim.reverse_lookup(a), sim.reverse_lookup(b))
+            else {
                 sim.repair(a, b);
+                continue;
+            };
+            if cut.contains(&ordered(&a_name, &b_name)) {
+                continue;
+            }
+            sim.repair(a, b);
+            for (from, to) in [(&a_name, &b_name), (&b_name, &a_name)] {
+                if cut_oneway.contains(&(from.clone(), to.clone())) {
+                    sim.partition_oneway(from.as_str(), to.as_str());
+                }
             }
         }
     }
@@ -274,12 +293,29 @@ impl SimCluster {
     /// not `Sim::partition`: crashing or restarting a member briefly cuts all of its
     /// links and then repairs every one this cluster did not cut.
     pub fn partition(&self, sim: &turmoil::Sim<'_>, a: &str, b: &str) -> Result<(), SimError> {
-        if self.member(a).is_err() {
-            self.member(b)?;
-        }
+        self.some_member(a, b)?;
         tracing::info!(a, b, "partition");
         sim.partition(a, b);
         self.cut.borrow_mut().insert(ordered(a, b));
+        Ok(())
+    }
+
+    /// Drops every message from host `from` to host `to`, while messages from `to` to
+    /// `from` still arrive (turmoil's one-way partition). At least one must be a member.
+    /// Simulated TCP needs both directions, so connections across the cut stall; what
+    /// gets through is what a fresh, one-way conversation can carry.
+    pub fn partition_oneway(
+        &self,
+        sim: &turmoil::Sim<'_>,
+        from: &str,
+        to: &str,
+    ) -> Result<(), SimError> {
+        self.some_member(from, to)?;
+        tracing::info!(from, to, "partition one way");
+        sim.partition_oneway(from, to);
+        self.cut_oneway
+            .borrow_mut()
+            .insert((from.to_owned(), to.to_owned()));
         Ok(())
     }
 
@@ -292,12 +328,115 @@ impl SimCluster {
         Ok(())
     }
 
-    /// Repairs every link this cluster cut.
+    /// Cuts every link between a member of `side` and a member not in it: a network
+    /// split (e.g. two members against three). Clients still reach every member.
+    pub fn split(&self, sim: &turmoil::Sim<'_>, side: &[String]) -> Result<(), SimError> {
+        for name in side {
+            self.member(name)?;
+        }
+        for a in side {
+            for b in self.members.iter().filter(|m| !side.contains(&m.name)) {
+                self.partition(sim, a, &b.name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes every message to or from member `name` (from peers and clients alike)
+    /// take exactly `latency`: a slow or overloaded member.
+    pub fn slow(
+        &self,
+        sim: &turmoil::Sim<'_>,
+        name: &str,
+        latency: Duration,
+    ) -> Result<(), SimError> {
+        self.member(name)?;
+        tracing::info!(name, ?latency, "slow member");
+        let mut slowed = self.slowed.borrow_mut();
+        for (a, b) in links_of(sim, name) {
+            sim.set_link_latency(a, b, latency);
+            if let (Some(a), Some(b)) = (sim.reverse_lookup(a), sim.reverse_lookup(b)) {
+                slowed.insert(ordered(&a, &b));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets messages between members take up to `max` (at least the healthy minimum):
+    /// a congested network, where messages also overtake one another. Links of a
+    /// member slowed with [`SimCluster::slow`] keep their latency.
+    pub fn delay(&self, sim: &turmoil::Sim<'_>, max: Duration) {
+        tracing::info!(?max, "delay between members");
+        let max = max.max(self.latency.0);
+        let slowed = self.slowed.borrow();
+        let mut delayed = self.delayed.borrow_mut();
+        for (i, a) in self.members.iter().enumerate() {
+            for b in &self.members[i + 1..] {
+                let pair = ordered(&a.name, &b.name);
+                // turmoil needs min <= max; a slowed link has min = its latency.
+                if !slowed.contains(&pair) {
+                    sim.set_link_max_message_latency(a.name.as_str(), b.name.as_str(), max);
+                    delayed.insert(pair);
+                }
+            }
+        }
+    }
+
+    /// Makes every link of member `name` (to peers and clients) lose each message with
+    /// probability `rate`, as turmoil does: the link drops that message and every one
+    /// in flight on it. Simulated TCP does not retransmit, so a loss stalls the
+    /// connection until a keepalive or deadline notices and the sender re-dials.
+    /// [`SimCluster::heal_all`] stops the loss (turmoil's setter needs `&mut Sim`).
+    pub fn lossy(&self, sim: &mut turmoil::Sim<'_>, name: &str, rate: f64) -> Result<(), SimError> {
+        self.member(name)?;
+        tracing::info!(name, rate, "lossy member");
+        let mut lossy = self.lossy.borrow_mut();
+        for (a, b) in links_of(sim, name) {
+            sim.set_link_fail_rate(a, b, rate);
+            if let (Some(a), Some(b)) = (sim.reverse_lookup(a), sim.reverse_lookup(b)) {
+                lossy.insert(ordered(&a, &b));
+            }
+        }
+        Ok(())
+    }
+
+    /// Repairs every link this cluster cut (both ways or one way) and gives every link
+    /// it slowed its healthy latency back. Message loss set with
+    /// [`SimCluster::lossy`] stays; [`SimCluster::heal_all`] stops it too.
     pub fn heal(&self, sim: &turmoil::Sim<'_>) {
         for (a, b) in std::mem::take(&mut *self.cut.borrow_mut()) {
             tracing::info!(a, b, "repair");
             sim.repair(a.as_str(), b.as_str());
         }
+        for (from, to) in std::mem::take(&mut *self.cut_oneway.borrow_mut()) {
+            tracing::info!(from, to, "repair one way");
+            sim.repair_oneway(from.as_str(), to.as_str());
+        }
+        let (min, max) = self.latency;
+        let mut slowed = std::mem::take(&mut *self.slowed.borrow_mut());
+        slowed.append(&mut self.delayed.borrow_mut());
+        for (a, b) in slowed {
+            // Sets min and max to `min`, then raises max.
+            sim.set_link_latency(a.as_str(), b.as_str(), min);
+            sim.set_link_max_message_latency(a.as_str(), b.as_str(), max);
+        }
+    }
+
+    /// [`SimCluster::heal`], and every link this cluster made lossy loses nothing more.
+    pub fn heal_all(&self, sim: &mut turmoil::Sim<'_>) {
+        self.heal(sim);
+        for (a, b) in std::mem::take(&mut *self.lossy.borrow_mut()) {
+            // A link that just lost a message comes back with the next one it carries.
+            sim.set_link_fail_rate(a.as_str(), b.as_str(), 0.0);
+        }
+    }
+
+    /// Errs unless `a` or `b` is a member.
+    fn some_member(&self, a: &str, b: &str) -> Result<(), SimError> {
+        if self.member(a).is_err() {
+            self.member(b)?;
+        }
+        Ok(())
     }
 
     fn member(&self, name: &str) -> Result<&Member, SimError> {
@@ -306,6 +445,21 @@ impl SimCluster {
             .find(|m| m.name == name)
             .ok_or_else(|| SimError::UnknownNode(name.to_owned()))
     }
+}
+
+/// Every link of host `name`, as turmoil's address pairs.
+fn links_of(sim: &turmoil::Sim<'_>, name: &str) -> Vec<(std::net::IpAddr, std::net::IpAddr)> {
+    let host = sim.lookup(name);
+    let mut links = Vec::new();
+    sim.links(|all| {
+        for link in all {
+            let (a, b) = link.pair();
+            if a == host || b == host {
+                links.push((a, b));
+            }
+        }
+    });
+    links
 }
 
 fn ordered(a: &str, b: &str) -> (String, String) {

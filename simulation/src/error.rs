@@ -25,4 +25,6 @@ pub enum SimError {
     Client(#[from] etcd_client::Error),
     #[error("timed out: {0}")]
     Timeout(String),
+    #[error("simulation: {0}")]
+    Simulation(String),
 }

@@ -16,6 +16,17 @@ pub enum Op {
     Put { key: String, value: String },
     /// Read `key`, linearizable or serializable.
     Get { key: String, serializable: bool },
+    /// DeleteRange of the one key `key`.
+    Delete { key: String },
+    /// Txn compare-and-swap: if `key`'s mod_revision is `expected` (0: the key does
+    /// not exist), put `value` at `key`; otherwise change nothing.
+    Cas {
+        key: String,
+        expected: i64,
+        value: String,
+    },
+    /// Compact the store's history up to `revision`.
+    Compact { revision: i64 },
 }
 
 /// What a client learnt about its request.
@@ -29,7 +40,15 @@ pub enum Outcome {
         revision: i64,
         value: Option<(String, i64)>,
     },
-    /// No answer (an error or a timeout). A Put may or may not have taken effect.
+    /// A Delete was answered at store revision `revision` (the new revision if it
+    /// deleted the key, the current one if there was nothing to delete).
+    Deleted { revision: i64, deleted: i64 },
+    /// A Cas was answered at store revision `revision` (the new revision if it
+    /// succeeded): whether the compare held and the put happened.
+    Swapped { revision: i64, succeeded: bool },
+    /// A Compact was answered at store revision `revision`.
+    Compacted { revision: i64 },
+    /// No answer (an error or a timeout). A write may or may not have taken effect.
     Unknown(String),
 }
 
@@ -45,19 +64,34 @@ pub struct Operation {
 }
 
 impl Operation {
-    /// The revision an acknowledged Put took effect at.
+    /// The revision an acknowledged write made: a Put, a Cas that succeeded or a
+    /// Delete that deleted its key. `None` for everything else.
     pub fn written_revision(&self) -> Option<i64> {
         match (&self.op, &self.outcome) {
-            (Op::Put { .. }, Outcome::Written { revision }) => Some(*revision),
+            (Op::Put { .. }, Outcome::Written { revision })
+            | (
+                Op::Cas { .. },
+                Outcome::Swapped {
+                    revision,
+                    succeeded: true,
+                },
+            ) => Some(*revision),
+            (Op::Delete { .. }, Outcome::Deleted { revision, deleted }) if *deleted > 0 => {
+                Some(*revision)
+            }
             _ => None,
         }
     }
 
-    /// True for a Put whose outcome is unknown.
+    /// True for a Put, Delete or Cas whose outcome is unknown: it may or may not have
+    /// made a revision.
     pub fn is_indefinite_write(&self) -> bool {
         matches!(
             (&self.op, &self.outcome),
-            (Op::Put { .. }, Outcome::Unknown(_))
+            (
+                Op::Put { .. } | Op::Delete { .. } | Op::Cas { .. },
+                Outcome::Unknown(_)
+            )
         )
     }
 }
@@ -76,6 +110,13 @@ impl fmt::Display for Operation {
             Op::Get { key, serializable } => {
                 write!(f, "get {key}{}", if *serializable { " (s)" } else { "" })?;
             }
+            Op::Delete { key } => write!(f, "delete {key}")?,
+            Op::Cas {
+                key,
+                expected,
+                value,
+            } => write!(f, "cas {key}@{expected}={value}")?,
+            Op::Compact { revision } => write!(f, "compact {revision}")?,
         }
         match &self.outcome {
             Outcome::Written { revision } => write!(f, " -> rev {revision}"),
@@ -87,6 +128,18 @@ impl fmt::Display for Operation {
                 revision,
                 value: None,
             } => write!(f, " -> absent at rev {revision}"),
+            Outcome::Deleted { revision, deleted } => {
+                write!(f, " -> deleted {deleted} at rev {revision}")
+            }
+            Outcome::Swapped {
+                revision,
+                succeeded,
+            } => write!(
+                f,
+                " -> {} at rev {revision}",
+                if *succeeded { "swapped" } else { "failed" }
+            ),
+            Outcome::Compacted { revision } => write!(f, " -> compacted at rev {revision}"),
             Outcome::Unknown(reason) => write!(f, " -> unknown ({reason})"),
         }
     }

@@ -30,20 +30,28 @@
 //! Modules: [`cluster`] (members as hosts, faults by name), [`client`] (connecting
 //! etcd clients over turmoil), [`net`] (the transport seams), [`node`] (one member's
 //! host software), [`workload`] (client programs), [`history`] (what clients saw),
-//! [`checker`] (convergence, revision and durability checks).
+//! [`checker`] (convergence, revision and durability checks), [`linearizability`]
+//! (the KV history against a sequential etcd model), [`faults`] (seeded
+//! fault plans and their injection), [`scenario`] (one seed from start to verdict, as
+//! the CI seed set and the soak run it), [`rng`] (the harness's seeded choices).
 //!
 //! Determinism: a seed fixes turmoil's network and scheduling choices and openraft's
 //! election timeouts. tokio seeds its own `select!` randomness only in builds with
 //! `--cfg tokio_unstable`; in such a build a seed replays exactly, otherwise runs of a
-//! seed interleave differently. The crate's README shows how to build that way.
+//! seed interleave differently. This workspace sets the flag in `.cargo/config.toml`;
+//! a workspace of your own needs it too (`[build] rustflags`).
 
 pub mod checker;
 pub mod client;
 pub mod cluster;
 pub mod error;
+pub mod faults;
 pub mod history;
+pub mod linearizability;
 pub mod net;
 pub mod node;
+pub mod rng;
+pub mod scenario;
 pub mod workload;
 
 use std::time::Duration;
@@ -51,7 +59,9 @@ use std::time::Duration;
 pub use checker::Violation;
 pub use cluster::{SimCluster, SimClusterBuilder};
 pub use error::SimError;
+pub use faults::{Fault, FaultPlan};
 pub use history::History;
+pub use scenario::{Scenario, SeedReport};
 
 /// TCP segments a simulated socket buffers. turmoil's default (64) stalls HTTP/2
 /// under load; openraft's own turmoil tests use this value.

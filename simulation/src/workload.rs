@@ -1,13 +1,20 @@
 //! Client programs that put load on a simulated cluster and record what they saw.
 //!
-//! This module owns [`Writer`]: one sequential client that puts unique values on a small
-//! key set, reads each key back, and fails over to the next member on any error, as
-//! etcd clients do. Every request goes into a [`History`]. It must never judge the
-//! results (the checker does) and never inject faults.
+//! This module owns [`Writer`] (one sequential client that puts unique values on a
+//! small key set, reads each key back, and fails over to the next member on any
+//! error) and [`Mixed`] (a seeded mix of Put, linearizable and serializable Range, Txn
+//! compare-and-swap, DeleteRange and Compact sent to seed-chosen members, as a
+//! Kubernetes API server would), and how each request is sent (`execute`). Every
+//! request goes into a [`History`]. It must never judge the results (the checkers do)
+//! and never inject faults.
+
+mod mixed;
+
+pub use mixed::{Mix, Mixed, WritesInFlight};
 
 use std::time::Duration;
 
-use etcd_client::{Client, GetOptions};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 
 use crate::client::{self, ClientOptions};
 use crate::error::SimError;
@@ -130,27 +137,64 @@ impl Session<'_> {
                     .insert(client::connect_with(url, &self.writer.options).await?)
             }
         };
-        match op {
-            Op::Put { key, value } => {
-                let response = client.put(key.as_str(), value.as_str(), None).await?;
-                Ok(Outcome::Written {
-                    revision: response.header().map_or(0, |h| h.revision()),
-                })
-            }
-            Op::Get { key, serializable } => {
-                let options = serializable.then(|| GetOptions::new().with_serializable());
-                let response = client.get(key.as_str(), options).await?;
-                let value = response.kvs().first().map(|kv| {
-                    (
-                        String::from_utf8_lossy(kv.value()).into_owned(),
-                        kv.mod_revision(),
-                    )
-                });
-                Ok(Outcome::Read {
-                    revision: response.header().map_or(0, |h| h.revision()),
-                    value,
-                })
-            }
+        execute(client, op).await
+    }
+}
+
+/// Sends `op` on `client` and turns the answer into an [`Outcome`]; an error is the
+/// caller's to record (as an unknown outcome) or retry.
+pub(crate) async fn execute(client: &mut Client, op: &Op) -> Result<Outcome, SimError> {
+    match op {
+        Op::Put { key, value } => {
+            let response = client.put(key.as_str(), value.as_str(), None).await?;
+            Ok(Outcome::Written {
+                revision: response.header().map_or(0, |h| h.revision()),
+            })
+        }
+        Op::Get { key, serializable } => {
+            let options = serializable.then(|| GetOptions::new().with_serializable());
+            let response = client.get(key.as_str(), options).await?;
+            let value = response.kvs().first().map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                    kv.mod_revision(),
+                )
+            });
+            Ok(Outcome::Read {
+                revision: response.header().map_or(0, |h| h.revision()),
+                value,
+            })
+        }
+        Op::Delete { key } => {
+            let response = client.delete(key.as_str(), None).await?;
+            Ok(Outcome::Deleted {
+                revision: response.header().map_or(0, |h| h.revision()),
+                deleted: response.deleted(),
+            })
+        }
+        Op::Cas {
+            key,
+            expected,
+            value,
+        } => {
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key.as_str(),
+                    CompareOp::Equal,
+                    *expected,
+                )])
+                .and_then([TxnOp::put(key.as_str(), value.as_str(), None)]);
+            let response = client.txn(txn).await?;
+            Ok(Outcome::Swapped {
+                revision: response.header().map_or(0, |h| h.revision()),
+                succeeded: response.succeeded(),
+            })
+        }
+        Op::Compact { revision } => {
+            let response = client.compact(*revision, None).await?;
+            Ok(Outcome::Compacted {
+                revision: response.header().map_or(0, |h| h.revision()),
+            })
         }
     }
 }

@@ -1,11 +1,13 @@
 //! The same seed must give the same run: the same operations with the same outcomes at
 //! the same simulated instants, and the same final stores, through a crash, a restart
-//! and a partition.
+//! and a partition; and a mixed-fault seed of the CI set gives the same trace hash over
+//! every event (operations, outcomes, simulated times, faults as injected, digests).
 
 use std::time::Duration;
 
+use quantykube_simulation::faults::Fault;
 use quantykube_simulation::workload::Writer;
-use quantykube_simulation::{sim_builder, History};
+use quantykube_simulation::{sim_builder, FaultPlan, History, Scenario};
 
 use crate::support::{self, check_cluster, step_for, three_nodes};
 
@@ -82,5 +84,60 @@ fn one_seed_twice_gives_the_same_run() {
                 second.get(diverged)
             );
         }
+    }
+}
+
+/// The first seed whose plan has a 5-member cluster, a crash of the leader mid-write,
+/// a partition and a network fault (slow, delay or loss): the most moving parts.
+fn busy_seed() -> u64 {
+    (1..)
+        .find(|seed| {
+            let plan = FaultPlan::from_seed(*seed);
+            let has = |wanted: fn(&Fault) -> bool| {
+                plan.episodes.iter().flat_map(|e| &e.faults).any(wanted)
+            };
+            plan.nodes == 5
+                && has(|f| matches!(f, Fault::CrashLeaderMidWrite))
+                && has(|f| {
+                    matches!(
+                        f,
+                        Fault::IsolateLeader | Fault::Split | Fault::OneWayFromLeader
+                    )
+                })
+                && has(|f| {
+                    matches!(
+                        f,
+                        Fault::Slow { .. } | Fault::Delay { .. } | Fault::Loss { .. }
+                    )
+                })
+        })
+        .unwrap_or(1)
+}
+
+#[test]
+#[cfg_attr(
+    not(tokio_unstable),
+    ignore = "needs --cfg tokio_unstable: tokio's select! RNG is unseeded without it"
+)]
+fn a_mixed_fault_seed_twice_gives_the_same_trace_hash() {
+    support::init_tracing();
+    let seed = busy_seed();
+    let first = Scenario::from_seed(seed).run();
+    let second = Scenario::from_seed(seed).run();
+    assert!(first.passed(), "{first}");
+    assert!(first.operations > 50, "{}", first.summary());
+    if first.trace_hash != second.trace_hash {
+        let diverged = first
+            .trace
+            .iter()
+            .zip(&second.trace)
+            .position(|(a, b)| a != b)
+            .unwrap_or(first.trace.len().min(second.trace.len()));
+        panic!(
+            "runs of seed {seed} diverge at event {diverged} of {}:\n first: {:?}\nsecond: {:?}",
+            first.trace.len(),
+            first.trace.get(diverged),
+            second.trace.get(diverged)
+        );
     }
 }

@@ -2,12 +2,14 @@
 //!
 //! One test binary (RocksDB makes every binary slow to link). Run with logs, stamped
 //! with simulated time: `RUST_LOG=info cargo test -p quantykube-simulation -- --nocapture`.
-//! `soak` is ignored by default (`QK_SIM_SEEDS=100 ... soak -- --ignored`);
-//! `determinism` runs only in a `--cfg tokio_unstable` build (see the crate README).
+//! `seeds` is the CI seed set; `replay` replays the seed in `QK_SIM_SEED`;
+//! `determinism` runs only in a `--cfg tokio_unstable` build (the workspace's default,
+//! see `.cargo/config.toml`). The long soak is `examples/soak.rs`.
 
 mod basics;
 mod determinism;
 mod follower_restart;
 mod leader_isolation;
-mod soak;
+mod replay;
+mod seeds;
 mod support;

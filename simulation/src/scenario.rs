@@ -1,0 +1,313 @@
+//! One seed from start to verdict: a 3- or 5-member cluster, concurrent [`Mixed`]
+//! clients, the seed's [`FaultPlan`], healing, and every checker.
+//!
+//! This module owns [`Scenario`] (what a seed runs) and [`SeedReport`] (what came of
+//! it: counts, the faults as injected, violations, and a hash of every event). The CI
+//! seed set, the replay test, the determinism test and the soak command all run seeds
+//! through here, so a seed means the same run everywhere. It never panics on a failing
+//! seed: a violation, a member that stops, a cluster that elects no leader or clients
+//! that never finish all end up in the report's violations.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::checker::{self, Fnv, StoreDigest, Violation};
+use crate::client;
+use crate::cluster::SimCluster;
+use crate::error::SimError;
+use crate::faults::{step_until, FaultPlan, Injector, LeaderWatch};
+use crate::history::{History, Operation, Outcome};
+use crate::linearizability;
+use crate::rng::{mix, SimRng};
+use crate::workload::{Mixed, WritesInFlight};
+
+/// How to replay one seed with logs: the command a failing seed prints.
+pub fn replay_command(seed: u64) -> String {
+    format!(
+        "QK_SIM_SEED={seed} RUST_LOG=info cargo test -p quantykube-simulation --test sim \
+         replay -- --nocapture"
+    )
+}
+
+/// What one seed runs.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub seed: u64,
+    pub plan: FaultPlan,
+    /// Concurrent [`Mixed`] clients.
+    pub clients: usize,
+    /// Keys the clients share.
+    pub keys: usize,
+    /// Where members keep their data (default: `/dev/shm` if it exists, so fsyncs
+    /// cost nothing, else the system's temporary directory).
+    pub data_root: Option<PathBuf>,
+}
+
+impl Scenario {
+    /// The scenario of `seed`: its fault plan, two to four clients, three to five keys.
+    pub fn from_seed(seed: u64) -> Self {
+        let mut rng = SimRng::new(seed, 0x5ce);
+        Scenario {
+            seed,
+            plan: FaultPlan::from_seed(seed),
+            clients: rng.below(2..5) as usize,
+            keys: rng.below(3..6) as usize,
+            data_root: default_data_root(),
+        }
+    }
+
+    /// Runs the seed to its verdict. Must not run inside a simulation.
+    pub fn run(&self) -> SeedReport {
+        let started = std::time::Instant::now();
+        let mut report = SeedReport {
+            seed: self.seed,
+            plan: self.plan.clone(),
+            clients: self.clients,
+            faults: Vec::new(),
+            injected: 0,
+            operations: 0,
+            unknown: 0,
+            violations: Vec::new(),
+            trace: Vec::new(),
+            trace_hash: 0,
+            simulated: Duration::ZERO,
+            real: Duration::ZERO,
+        };
+        let mut sim = crate::sim_builder(self.seed).build();
+        let history = History::new();
+        // A panic in a member (an assertion of the server's) fails the seed, not the
+        // caller.
+        let driven = panic::catch_unwind(AssertUnwindSafe(|| {
+            self.drive(&mut sim, &history, &mut report)
+        }));
+        match driven {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => report
+                .violations
+                .push(format!("simulation failed: {error}")),
+            Err(panicked) => {
+                let message = panicked
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panicked.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_default();
+                report.violations.push(format!("panicked: {message}"));
+            }
+        }
+        let operations = history.operations();
+        report.operations = operations.len();
+        report.unknown = operations
+            .iter()
+            .filter(|op| matches!(op.outcome, Outcome::Unknown(_)))
+            .count();
+        let mut trace = history.trace();
+        trace.extend(report.faults.iter().cloned());
+        trace.append(&mut report.trace);
+        trace.push(format!("ended at {:?}", sim.elapsed()));
+        let mut hash = Fnv::new();
+        for line in &trace {
+            hash.bytes(line.as_bytes());
+        }
+        report.trace = trace;
+        report.trace_hash = hash.finish();
+        report.simulated = sim.elapsed();
+        report.real = started.elapsed();
+        report
+    }
+
+    /// Everything up to the verdict; digests go into `report.trace`, violations into
+    /// `report.violations`. An error is a failure of the run itself.
+    fn drive(
+        &self,
+        sim: &mut turmoil::Sim<'_>,
+        history: &History,
+        report: &mut SeedReport,
+    ) -> Result<(), SimError> {
+        let mut builder = SimCluster::builder().nodes(self.plan.nodes).seed(self.seed);
+        if let Some(root) = &self.data_root {
+            builder = builder.data_root(root);
+        }
+        let cluster = builder.build(sim)?;
+        let watch = LeaderWatch::start(sim, "watch", cluster.members(), Duration::from_millis(250));
+        let leader = watch.clone();
+        if !step_until(sim, Duration::from_secs(20), || leader.leader().is_some())? {
+            return Err(SimError::Timeout("no leader within 20 s".into()));
+        }
+
+        let writes = WritesInFlight::new();
+        let finished = Rc::new(Cell::new(0usize));
+        let run_for = self.plan.duration() + Duration::from_secs(1);
+        for i in 0..self.clients {
+            let name = format!("c{}", i + 1);
+            let mixed = Mixed {
+                keys: (0..self.keys).map(|k| format!("k{k}")).collect(),
+                run_for,
+                in_flight: writes.clone(),
+                ..Mixed::new(&name, cluster.endpoints(), mix(self.seed, 100 + i as u64))
+            };
+            let (history, finished) = (history.clone(), finished.clone());
+            sim.client(name, async move {
+                mixed.run(history).await?;
+                finished.set(finished.get() + 1);
+                Ok(())
+            });
+        }
+
+        let mut injector = Injector::new(&cluster, watch.clone(), writes, self.seed);
+        let outcome = self
+            .plan
+            .episodes
+            .iter()
+            .try_for_each(|episode| injector.run_episode(sim, episode));
+        report.faults = injector.log().to_vec();
+        report.injected = injector.injected();
+        outcome?;
+
+        let clients = self.clients;
+        let limit = run_for + Duration::from_secs(30);
+        if !step_until(sim, limit, || finished.get() == clients)? {
+            return Err(SimError::Timeout(format!(
+                "clients still running {limit:?} after the faults"
+            )));
+        }
+        watch.stop();
+
+        let verdict = Rc::new(RefCell::new(None));
+        let out = verdict.clone();
+        let members = cluster.members();
+        let operations = history.operations();
+        sim.client("checker", async move {
+            *out.borrow_mut() = Some(check(&members, &operations).await);
+            Ok(())
+        });
+        sim.run().map_err(|e| SimError::Simulation(e.to_string()))?;
+        let Some((digests, violations)) = verdict.take() else {
+            return Err(SimError::Simulation("the checker did not finish".into()));
+        };
+        report.trace.extend(digests.iter().map(ToString::to_string));
+        report
+            .violations
+            .extend(violations.iter().map(ToString::to_string));
+        Ok(())
+    }
+}
+
+/// Every checker over a healed cluster, each reporting on its own: convergence,
+/// revisions, linearizability, accounting, durability on every member. Runs inside
+/// the checker host.
+async fn check(
+    members: &[(String, String)],
+    operations: &[Operation],
+) -> (Vec<StoreDigest>, Vec<Violation>) {
+    let mut violations = Vec::new();
+    let digests = match checker::await_convergence(members, Duration::from_secs(30)).await {
+        Ok(digests) => digests,
+        Err(violation) => {
+            violations.push(violation);
+            Vec::new()
+        }
+    };
+    if let Err(violation) = checker::check_revisions(operations) {
+        violations.push(violation);
+    }
+    if let Err(violation) = linearizability::check(operations, 1) {
+        violations.push(violation);
+    }
+    if let Some(first) = digests.first() {
+        if let Err(violation) = checker::check_accounting(operations, 1, first.revision) {
+            violations.push(violation);
+        }
+    }
+    for (name, url) in members {
+        let result = match client::connect(url).await {
+            Ok(mut etcd) => checker::check_durability(&mut etcd, name, operations).await,
+            Err(error) => Err(Violation {
+                property: "durability",
+                detail: format!("{name} does not answer: {error}"),
+            }),
+        };
+        if let Err(violation) = result {
+            violations.push(violation);
+        }
+    }
+    (digests, violations)
+}
+
+/// tmpfs when there is one: members fsync on every append.
+pub fn default_data_root() -> Option<PathBuf> {
+    let shm = PathBuf::from("/dev/shm");
+    shm.is_dir().then_some(shm)
+}
+
+/// What came of one seed.
+#[derive(Clone, Debug)]
+pub struct SeedReport {
+    pub seed: u64,
+    pub plan: FaultPlan,
+    pub clients: usize,
+    /// The faults as injected, one line each with its simulated time and target.
+    pub faults: Vec<String>,
+    /// How many faults were injected.
+    pub injected: usize,
+    /// Operations recorded (and checked).
+    pub operations: usize,
+    /// Of those, how many had an unknown outcome.
+    pub unknown: usize,
+    /// Every violated property and every failure of the run; empty if the seed passed.
+    pub violations: Vec<String>,
+    /// Every event: operations with outcomes and simulated times, faults, final
+    /// digests, the simulated end.
+    pub trace: Vec<String>,
+    /// FNV-1a of `trace`: equal for two runs of a seed that replays exactly.
+    pub trace_hash: u64,
+    /// Simulated time the seed took.
+    pub simulated: Duration,
+    /// Real time it took.
+    pub real: Duration,
+}
+
+impl SeedReport {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// One line: seed, size, counts, times, verdict.
+    pub fn summary(&self) -> String {
+        format!(
+            "seed {}: {} members, {} clients, {} faults, {} ops ({} unknown), {:.1}s simulated \
+             in {:.1}s, {}",
+            self.seed,
+            self.plan.nodes,
+            self.clients,
+            self.injected,
+            self.operations,
+            self.unknown,
+            self.simulated.as_secs_f64(),
+            self.real.as_secs_f64(),
+            if self.passed() { "ok" } else { "FAILED" }
+        )
+    }
+}
+
+impl fmt::Display for SeedReport {
+    /// The summary; for a failed seed also its plan, its faults as injected, its
+    /// violations and the command that replays it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.summary())?;
+        if self.passed() {
+            return Ok(());
+        }
+        writeln!(f, "  plan: {}", self.plan)?;
+        for fault in &self.faults {
+            writeln!(f, "  fault {fault}")?;
+        }
+        for violation in &self.violations {
+            writeln!(f, "  VIOLATION {violation}")?;
+        }
+        writeln!(f, "  replay: {}", replay_command(self.seed))
+    }
+}

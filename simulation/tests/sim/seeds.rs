@@ -1,0 +1,103 @@
+//! The CI seed set: seeds 1 to 64, each a 3- or 5-member cluster under its own mix
+//! of partitions (leader isolated, minority/majority split, one-way cuts, a deafened
+//! member), crashes (of a follower, of the leader, of the leader in the middle of a
+//! write, of a majority), restarts, slow members, delay and loss, with two to four
+//! concurrent clients doing Put, Range, Txn compare-and-swap, DeleteRange and Compact,
+//! and every checker at the end. Split into four tests so that the harness runs them
+//! side by side.
+//!
+//! A failing seed is printed with its fault plan, its faults as injected, its
+//! violations and the command that replays it with logs. With `--nocapture` every
+//! seed prints a summary line and each part its totals.
+
+use std::collections::BTreeSet;
+
+use quantykube_simulation::faults::Fault;
+use quantykube_simulation::{FaultPlan, Scenario, SeedReport};
+
+use crate::support;
+
+/// The CI set is seeds `1..=CI_SEEDS`.
+const CI_SEEDS: u64 = 64;
+/// Tests the set is split into; seed `s` runs in part `s % PARTS`.
+const PARTS: u64 = 4;
+
+fn run_part(part: u64) {
+    support::init_tracing();
+    let reports: Vec<SeedReport> = (1..=CI_SEEDS)
+        .filter(|seed| seed % PARTS == part)
+        .map(|seed| {
+            let report = Scenario::from_seed(seed).run();
+            eprintln!("{}", report.summary());
+            report
+        })
+        .collect();
+    let operations: usize = reports.iter().map(|r| r.operations).sum();
+    let unknown: usize = reports.iter().map(|r| r.unknown).sum();
+    let faults: usize = reports.iter().map(|r| r.injected).sum();
+    let simulated: f64 = reports.iter().map(|r| r.simulated.as_secs_f64()).sum();
+    let real: f64 = reports.iter().map(|r| r.real.as_secs_f64()).sum();
+    eprintln!(
+        "CI seeds part {part}: {} seeds, {operations} operations ({unknown} unknown), \
+         {faults} faults, {simulated:.0}s simulated in {real:.0}s",
+        reports.len()
+    );
+    let failed: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.passed())
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} seeds failed:\n{}",
+        failed.len(),
+        reports.len(),
+        failed.join("\n")
+    );
+}
+
+#[test]
+fn ci_seeds_part_0() {
+    run_part(0);
+}
+
+#[test]
+fn ci_seeds_part_1() {
+    run_part(1);
+}
+
+#[test]
+fn ci_seeds_part_2() {
+    run_part(2);
+}
+
+#[test]
+fn ci_seeds_part_3() {
+    run_part(3);
+}
+
+/// The set is only as good as its mix: both cluster sizes and every kind of fault.
+#[test]
+fn ci_set_covers_both_sizes_and_every_fault_kind() {
+    let plans: Vec<FaultPlan> = (1..=CI_SEEDS).map(FaultPlan::from_seed).collect();
+    let sizes: BTreeSet<usize> = plans.iter().map(|p| p.nodes).collect();
+    assert_eq!(sizes, BTreeSet::from([3, 5]));
+    let kinds: BTreeSet<&'static str> = plans
+        .iter()
+        .flat_map(|p| p.episodes.iter().flat_map(|e| e.faults.iter()))
+        .map(|fault| match fault {
+            Fault::IsolateLeader => "isolate-leader",
+            Fault::Split => "split",
+            Fault::OneWayFromLeader => "one-way",
+            Fault::Deafen(_) => "deafen",
+            Fault::Crash(_) => "crash",
+            Fault::CrashLeaderMidWrite => "crash-mid-write",
+            Fault::Restart(_) => "restart",
+            Fault::CrashMajority => "crash-majority",
+            Fault::Slow { .. } => "slow",
+            Fault::Delay { .. } => "delay",
+            Fault::Loss { .. } => "loss",
+        })
+        .collect();
+    assert_eq!(kinds.len(), 11, "{kinds:?}");
+}
