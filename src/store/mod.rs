@@ -89,9 +89,8 @@ impl RevisionStore {
     /// header carries only the revision; the caller fills in the rest.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
         let snapshot = self.db.snapshot();
-        let revisions = meta::read_revisions(self, Some(&snapshot))?;
         let reader = range::Reader::new(self, &snapshot);
-        range::range(&reader, revisions, req, None)
+        range::range(&reader, reader.revisions()?, req, None)
     }
 
     /// The approximate on-disk size of the store, for Maintenance.Status.

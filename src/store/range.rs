@@ -51,6 +51,11 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// The store's counters as this reader sees them.
+    pub fn revisions(&self) -> Result<Revisions, StoreError> {
+        super::meta::read_revisions(self.store, self.snapshot)
+    }
+
     fn iterator(&self, upper: Option<Vec<u8>>) -> Result<DBRawIterator<'a>, StoreError> {
         let mut opts = ReadOptions::default();
         if let Some(s) = self.snapshot {

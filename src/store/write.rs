@@ -44,7 +44,7 @@ pub struct WriteTxn<'a> {
 impl<'a> WriteTxn<'a> {
     pub fn new(store: &'a RevisionStore, reader: Reader<'a>) -> Result<Self, StoreError> {
         Ok(WriteTxn {
-            revisions: meta::read_revisions(store, None)?,
+            revisions: reader.revisions()?,
             store,
             reader,
             overlay: Overlay::new(),
@@ -334,7 +334,6 @@ impl RevisionStore {
     pub fn read_only_txn(&self, req: &TxnRequest) -> Result<TxnResponse, StoreError> {
         let snapshot = self.db.snapshot();
         let mut txn = WriteTxn::new(self, Reader::new(self, &snapshot))?;
-        txn.revisions = meta::read_revisions(self, Some(&snapshot))?;
         txn.txn(req)
     }
 

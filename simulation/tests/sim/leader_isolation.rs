@@ -7,7 +7,7 @@ use std::time::Duration;
 use quantykube_simulation::workload::Writer;
 use quantykube_simulation::{sim_builder, History};
 
-use crate::support::{self, check_cluster, find_leader, step_for, step_until, three_nodes};
+use crate::support::{self, check_cluster, step_for, three_nodes};
 
 #[test]
 fn an_isolated_leader_is_replaced_and_every_member_converges_after_healing() {
@@ -16,18 +16,7 @@ fn an_isolated_leader_is_replaced_and_every_member_converges_after_healing() {
     let mut sim = sim_builder(seed).build();
     let cluster = three_nodes(&mut sim, seed);
 
-    let leader = find_leader(&mut sim, "probe", cluster.endpoints()[0].clone());
-    step_until(&mut sim, Duration::from_secs(20), || {
-        leader.borrow().is_some()
-    });
-    let Some(leader) = leader.borrow().clone() else {
-        unreachable!("step_until returned")
-    };
-    let followers: Vec<String> = cluster
-        .names()
-        .into_iter()
-        .filter(|n| *n != leader)
-        .collect();
+    let (leader, followers) = support::leader_and_followers(&mut sim, &cluster);
     let url = |name: &str| cluster.endpoint(name).expect("member");
 
     cluster.isolate(&sim, &leader).expect("isolate");

@@ -123,6 +123,24 @@ pub fn find_leader(
     leader
 }
 
+/// Steps `sim` until a probe finds the leader; returns it and the other members.
+pub fn leader_and_followers(
+    sim: &mut turmoil::Sim<'_>,
+    cluster: &SimCluster,
+) -> (String, Vec<String>) {
+    let leader = find_leader(sim, "probe", cluster.endpoints()[0].clone());
+    step_until(sim, Duration::from_secs(20), || leader.borrow().is_some());
+    let Some(leader) = leader.borrow().clone() else {
+        unreachable!("step_until returned")
+    };
+    let followers = cluster
+        .names()
+        .into_iter()
+        .filter(|n| *n != leader)
+        .collect();
+    (leader, followers)
+}
+
 /// Adds a client host `name` that runs every check of a healed cluster over
 /// `history`, failing the simulation on a violation; the digests go into the cell.
 pub fn check_cluster(
