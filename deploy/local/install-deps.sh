@@ -5,7 +5,7 @@
 set -euo pipefail
 
 need=()
-[ -n "$(ls /usr/lib/llvm-*/lib/libclang*.so* 2>/dev/null | head -n1)" ] || need+=(libclang-dev)
+[ -n "$(ls /usr/lib/llvm-*/lib/libclang.so 2>/dev/null | head -n1)" ] || need+=(libclang-dev)
 command -v clang >/dev/null || need+=(clang)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 command -v etcd >/dev/null || need+=(etcd-server)
