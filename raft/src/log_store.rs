@@ -6,13 +6,10 @@
 //! acknowledge an append or a vote before the bytes are fsynced: a node that crashes
 //! restarts to a prefix of what it acknowledged.
 //!
-//! RocksDB calls block the calling thread, and openraft calls the log store from its
-//! core task; the synced write in [`LogStore::append`] therefore stalls that task (and its
-//! tokio worker) for one fsync per batch. That is acceptable for now because openraft
-//! batches entries into one append, but it is the first place to look if heartbeats
-//! ever wait behind the disk: the fix is to write unsynced here and fsync the WAL on a
-//! dedicated thread before completing the callback. (Not `spawn_blocking`: the
-//! turmoil simulation cannot step it.)
+//! Appends are written unsynced on openraft's core task (a memtable insert and a WAL
+//! write to the page cache) and made durable by [`crate::wal_sync`], which fsyncs the
+//! WAL once for every append that queued up meanwhile and only then completes their
+//! callbacks: the core never waits for the disk, and one fsync covers many appends.
 
 use std::fmt::Debug;
 use std::io;

@@ -15,7 +15,9 @@
 //!   order of all operations explains every answer a client got;
 //! - durability ([`check_durability`]): reading at its revision, every acknowledged Put
 //!   and Cas is there on every member, unless a Compact the clients sent removed that
-//!   revision.
+//!   revision;
+//! - read snapshots ([`check_read_snapshots`]): every read, serializable ones
+//!   included, answered with its key's state at the revision in its own header.
 //!
 //! It must never change the cluster (reads only) and never excuse a violation: a check
 //! that cannot decide (e.g. a member that does not answer) reports it as a violation.
@@ -324,14 +326,7 @@ pub async fn check_durability(
     member: &str,
     operations: &[Operation],
 ) -> Result<(), Violation> {
-    let compactable = operations
-        .iter()
-        .filter_map(|op| match op.op {
-            Op::Compact { revision } => Some(revision),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
+    let compactable = compactable(operations);
     for op in operations {
         let (Op::Put { key, value } | Op::Cas { key, value, .. }, Some(revision)) =
             (&op.op, op.written_revision())
@@ -375,6 +370,81 @@ pub async fn check_durability(
     Ok(())
 }
 
+/// Re-reads every key a client read (serializable or linearizable) at the store
+/// revision of the read's own header, from the member `client` is connected to once
+/// the members converged: the answer must be the key's state at that revision. That
+/// is the whole of etcd's promise for a serializable read (a member may serve one
+/// arbitrarily stale, but always from one applied revision); a linearizable read is
+/// held to it too, and to more by [`check_revisions`] and [`linearizability`]. A
+/// revision a Compact in the history may have removed is skipped.
+pub async fn check_read_snapshots(
+    client: &mut Client,
+    member: &str,
+    operations: &[Operation],
+) -> Result<(), Violation> {
+    let compactable = compactable(operations);
+    for op in operations {
+        let (Op::Get { key, .. }, Outcome::Read { revision, value }) = (&op.op, &op.outcome) else {
+            continue;
+        };
+        if value
+            .as_ref()
+            .is_some_and(|(_, modified)| modified > revision)
+        {
+            return Err(Violation::new(
+                "read-snapshot",
+                format!("{op} returned a key modified after the read's revision"),
+            ));
+        }
+        let response = client
+            .get(
+                key.as_str(),
+                Some(
+                    GetOptions::new()
+                        .with_revision(*revision)
+                        .with_serializable(),
+                ),
+            )
+            .await;
+        let response = match response {
+            Ok(response) => response,
+            Err(error) if is_compacted(&error) && *revision <= compactable => continue,
+            Err(error) => {
+                return Err(Violation::new(
+                    "read-snapshot",
+                    format!("{member} could not re-read {op}: {error}"),
+                ))
+            }
+        };
+        let found = response.kvs().first().map(|kv| {
+            (
+                String::from_utf8_lossy(kv.value()).into_owned(),
+                kv.mod_revision(),
+            )
+        });
+        if found != *value {
+            return Err(Violation::new(
+                "read-snapshot",
+                format!("{op}, but at revision {revision} {member} has {found:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The highest revision a Compact in the history (answered or not) asked for: reads
+/// at or below it may fail as compacted.
+fn compactable(operations: &[Operation]) -> i64 {
+    operations
+        .iter()
+        .filter_map(|op| match op.op {
+            Op::Compact { revision } => Some(revision),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// etcd's "required revision has been compacted".
 fn is_compacted(error: &etcd_client::Error) -> bool {
     matches!(error, etcd_client::Error::GRpcStatus(status)
@@ -384,8 +454,8 @@ fn is_compacted(error: &etcd_client::Error) -> bool {
 /// Every check, in order, once faults are healed: the members converge (within
 /// `within`), the clients' revisions are sound, the history is linearizable
 /// ([`linearizability::check`]), every revision after
-/// `initial_revision` is accounted for by the clients' Puts, and every member still
-/// has every acknowledged Put. Returns the members' digests. Must run inside a turmoil
+/// `initial_revision` is accounted for by the clients' Puts, every member still
+/// has every acknowledged Put, and every read answered from one revision's state. Returns the members' digests. Must run inside a turmoil
 /// host; the accounting is only sound when the recorded clients are the only writers.
 pub async fn check_healed_cluster(
     members: &[(String, String)],
@@ -403,6 +473,12 @@ pub async fn check_healed_cluster(
             .await
             .map_err(|e| Violation::new("durability", format!("{name} does not answer: {e}")))?;
         check_durability(&mut etcd, name, operations).await?;
+    }
+    if let Some((name, url)) = members.first() {
+        let mut etcd = client::connect(url)
+            .await
+            .map_err(|e| Violation::new("read-snapshot", format!("{name} does not answer: {e}")))?;
+        check_read_snapshots(&mut etcd, name, operations).await?;
     }
     Ok(digests)
 }

@@ -81,3 +81,17 @@ pub fn sim_builder(seed: u64) -> turmoil::Builder {
         .simulation_duration(Duration::from_secs(300));
     builder
 }
+
+/// Steps `sim` until `at` (simulated time since it started) or until every client
+/// host has finished, whichever comes first: the place to inject the next fault.
+pub fn run_until(sim: &mut turmoil::Sim<'_>, at: Duration) -> Result<(), SimError> {
+    while sim.elapsed() < at {
+        if sim
+            .step()
+            .map_err(|e| SimError::Simulation(e.to_string()))?
+        {
+            break;
+        }
+    }
+    Ok(())
+}

@@ -197,7 +197,8 @@ impl Scenario {
 }
 
 /// Every checker over a healed cluster, each reporting on its own: convergence,
-/// revisions, linearizability, accounting, durability on every member. Runs inside
+/// revisions, linearizability, accounting, durability on every member, read
+/// snapshots. Runs inside
 /// the checker host.
 async fn check(
     members: &[(String, String)],
@@ -227,6 +228,18 @@ async fn check(
             Ok(mut etcd) => checker::check_durability(&mut etcd, name, operations).await,
             Err(error) => Err(Violation {
                 property: "durability",
+                detail: format!("{name} does not answer: {error}"),
+            }),
+        };
+        if let Err(violation) = result {
+            violations.push(violation);
+        }
+    }
+    if let Some((name, url)) = members.first() {
+        let result = match client::connect(url).await {
+            Ok(mut etcd) => checker::check_read_snapshots(&mut etcd, name, operations).await,
+            Err(error) => Err(Violation {
+                property: "read-snapshot",
                 detail: format!("{name} does not answer: {error}"),
             }),
         };
