@@ -36,6 +36,11 @@ async fn shutdown_signal() {
 }
 
 fn main() -> ExitCode {
+    // `quantykube bench ...` is the load generator, with flags of its own; everything
+    // else is etcd's server command line.
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == "bench") {
+        return quantykube::bench::main(std::env::args_os().skip(2));
+    }
     let invocation = match config::parse(std::env::args_os(), &|key| std::env::var(key).ok()) {
         Ok(invocation) => invocation,
         Err(config::ConfigError::Usage(e)) => {

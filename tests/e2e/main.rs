@@ -4,6 +4,7 @@
 mod harness;
 mod raw;
 
+mod bench_tool;
 mod cluster_info;
 mod differential;
 mod etcdctl;

@@ -1,0 +1,208 @@
+//! gRPC connections to the endpoints under test, and finding the leader.
+//!
+//! `--conns` connections are opened lazily (the first request connects, so an endpoint
+//! that is down shows up as counted `Unavailable` errors, not as a hang) and spread
+//! round-robin over the endpoints, or all to the leader with `--target-leader`. Client
+//! `i` uses connection `i % conns`. This module owns endpoint syntax, the connection
+//! settings (dial and request timeouts, message size limits) and the leader lookup. It
+//! must never retry or count a workload's requests.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use super::cli::GlobalArgs;
+use super::error::{code_name, BenchError};
+use crate::proto::etcdserverpb::kv_client::KvClient;
+use crate::proto::etcdserverpb::lease_client::LeaseClient;
+use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use crate::proto::etcdserverpb::watch_client::WatchClient;
+use crate::proto::etcdserverpb::StatusRequest;
+
+/// Largest response the clients accept (etcd's client default, `math.MaxInt32`).
+const MAX_RESPONSE_BYTES: usize = i32::MAX as usize;
+/// How long `--target-leader` keeps asking for a leader (a cluster may be electing).
+const LEADER_LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+const LEADER_LOOKUP_RETRY: Duration = Duration::from_millis(200);
+
+/// The open connections.
+pub struct Connections {
+    channels: Vec<Channel>,
+    /// The endpoints as given, normalised to URLs.
+    endpoints: Vec<String>,
+    /// The leader's URL, with `--target-leader`.
+    leader: Option<String>,
+}
+
+impl Connections {
+    /// Opens `--conns` lazy connections, after finding the leader if asked to.
+    pub async fn open(args: &GlobalArgs) -> Result<Connections, BenchError> {
+        let endpoints = args
+            .endpoints
+            .iter()
+            .map(|e| e.trim())
+            .filter(|e| !e.is_empty())
+            .map(normalise)
+            .collect::<Result<Vec<_>, _>>()?;
+        if endpoints.is_empty() || args.conns == 0 {
+            return Err(BenchError::Usage(
+                "at least one endpoint and one connection are needed".into(),
+            ));
+        }
+        let settings = Settings {
+            dial_timeout: args.dial_timeout.0,
+            request_timeout: args.request_timeout.0,
+        };
+        let leader = if args.target_leader {
+            Some(find_leader(&endpoints, settings).await?)
+        } else {
+            None
+        };
+        let targets = match &leader {
+            Some(leader) => std::slice::from_ref(leader),
+            None => endpoints.as_slice(),
+        };
+        let channels = (0..args.conns)
+            .map(|i| settings.channel(&targets[i % targets.len()]))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Connections {
+            channels,
+            endpoints,
+            leader,
+        })
+    }
+
+    /// The endpoints, normalised to `http://host:port`.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// The leader's URL, with `--target-leader`.
+    pub fn leader(&self) -> Option<&str> {
+        self.leader.as_deref()
+    }
+
+    /// The connection of client (or stream) number `i`.
+    pub fn channel(&self, i: usize) -> Channel {
+        self.channels[i % self.channels.len()].clone()
+    }
+
+    pub fn kv(&self, i: usize) -> KvClient<Channel> {
+        KvClient::new(self.channel(i)).max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    pub fn watch(&self, i: usize) -> WatchClient<Channel> {
+        WatchClient::new(self.channel(i)).max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    pub fn lease(&self, i: usize) -> LeaseClient<Channel> {
+        LeaseClient::new(self.channel(i)).max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Settings {
+    dial_timeout: Duration,
+    request_timeout: Duration,
+}
+
+impl Settings {
+    /// A lazy connection to `url`. The request timeout bounds each unary call, and the
+    /// opening of a stream (until the server's response headers), not a stream's life.
+    fn channel(&self, url: &str) -> Result<Channel, BenchError> {
+        let endpoint = Endpoint::from_shared(url.to_owned())
+            .map_err(|e| BenchError::Usage(format!("endpoint {url}: {e}")))?
+            .connect_timeout(self.dial_timeout)
+            .timeout(self.request_timeout)
+            .tcp_nodelay(true);
+        Ok(endpoint.connect_lazy())
+    }
+}
+
+/// `host:port` or `http://host:port` as `http://host:port`.
+pub fn normalise(endpoint: &str) -> Result<String, BenchError> {
+    let url = if let Some(rest) = endpoint.strip_prefix("http://") {
+        format!("http://{}", rest.trim_end_matches('/'))
+    } else if endpoint.starts_with("https://") || endpoint.starts_with("unixs://") {
+        return Err(BenchError::Usage(format!(
+            "endpoint {endpoint}: TLS is not supported by quantykube bench yet; use http://"
+        )));
+    } else if endpoint.contains("://") {
+        return Err(BenchError::Usage(format!(
+            "endpoint {endpoint}: expected host:port or http://host:port"
+        )));
+    } else {
+        format!("http://{}", endpoint.trim_end_matches('/'))
+    };
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| BenchError::Usage(format!("endpoint {endpoint}: {e}")))?;
+    match uri.authority() {
+        Some(authority) if authority.port_u16().is_some() && !authority.host().is_empty() => {
+            Ok(url)
+        }
+        _ => Err(BenchError::Usage(format!(
+            "endpoint {endpoint}: expected host:port or http://host:port"
+        ))),
+    }
+}
+
+/// The endpoint whose Maintenance.Status reports itself as leader (`leader ==
+/// header.member_id`), asking every endpoint until one does or the lookup times out.
+async fn find_leader(endpoints: &[String], settings: Settings) -> Result<String, BenchError> {
+    let deadline = Instant::now() + LEADER_LOOKUP_TIMEOUT;
+    let mut channels = Vec::with_capacity(endpoints.len());
+    for url in endpoints {
+        channels.push(settings.channel(url)?);
+    }
+    loop {
+        let mut answers = Vec::with_capacity(endpoints.len());
+        for (url, channel) in endpoints.iter().zip(&channels) {
+            let mut client = MaintenanceClient::new(channel.clone());
+            match client.status(StatusRequest {}).await {
+                Ok(response) => {
+                    let status = response.into_inner();
+                    let member = status.header.map_or(0, |h| h.member_id);
+                    if member != 0 && status.leader == member {
+                        tracing::debug!(%url, member, "found the leader");
+                        return Ok(url.clone());
+                    }
+                    answers.push(format!(
+                        "{url} is member {member:x}, leader {:x}",
+                        status.leader
+                    ));
+                }
+                Err(status) => answers.push(format!(
+                    "{url}: {}: {}",
+                    code_name(status.code()),
+                    status.message()
+                )),
+            }
+        }
+        if Instant::now() + LEADER_LOOKUP_RETRY >= deadline {
+            return Err(BenchError::NoLeader(answers.join("; ")));
+        }
+        tokio::time::sleep(LEADER_LOOKUP_RETRY).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_normalised() {
+        assert_eq!(
+            normalise("127.0.0.1:2379").unwrap(),
+            "http://127.0.0.1:2379"
+        );
+        assert_eq!(
+            normalise("http://localhost:2379/").unwrap(),
+            "http://localhost:2379"
+        );
+        assert!(normalise("https://127.0.0.1:2379").is_err());
+        assert!(normalise("127.0.0.1").is_err());
+        assert!(normalise("unix://x").is_err());
+    }
+}
