@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use openraft::async_runtime::WatchReceiver;
 use prost::Message;
 use quantykube_raft::{
@@ -264,7 +264,17 @@ async fn bind_all(urls: &[Url]) -> Result<Incoming<TcpStream>, NodeError> {
             ));
         }
     }
-    Ok(Box::pin(futures::stream::select_all(listeners)))
+    // Go (and so etcd) disables Nagle's algorithm on every TCP connection; without it a
+    // small gRPC response can wait for the client's delayed ACK (~40 ms).
+    let accepted = futures::stream::select_all(listeners).map(|connection| {
+        if let Ok(stream) = &connection {
+            if let Err(error) = stream.set_nodelay(true) {
+                tracing::debug!(%error, "cannot set TCP_NODELAY on an accepted connection");
+            }
+        }
+        connection
+    });
+    Ok(Box::pin(accepted))
 }
 
 /// Incoming connections of one role (peers or clients), from however many listeners.

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The side-by-side report: the same `quantykube bench` runs against a three-member
+# etcd 3.4 cluster (Debian's etcd-server) and then a three-member QuantyKube cluster,
+# on loopback, one after the other, data dirs on the same filesystem; then the peak
+# RSS of each after loading 1 000 000 keys. Writes the results as JSON under
+# $OUT (default /var/tmp/qk-bench-results) and renders docs/benchmarks.md from them.
+#
+# Usage: deploy/bench/compare.sh            # everything (about 15 minutes)
+#        QUICK=1 deploy/bench/compare.sh    # 3-second runs and 20 000 keys: a smoke run
+#        SYSTEMS="quantykube" deploy/bench/compare.sh   # one system (keeps the other's JSON)
+# Needs: etcd (deploy/local/install-deps.sh); builds the release binary itself.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+./deploy/local/install-deps.sh
+QK=${QK:-$(./deploy/bench/build-release.sh)}
+OUT=${OUT:-/var/tmp/qk-bench-results}
+WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-compare.XXXXXX")
+SYSTEMS=${SYSTEMS:-"etcd quantykube"}
+if [ -n "${QUICK:-}" ]; then DURATION=3s; RSS_KEYS=20000; else DURATION=${DURATION:-20s}; RSS_KEYS=1000000; fi
+mkdir -p "$OUT"
+pids=()
+cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT INT TERM
+ENDPOINTS=127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379
+
+start_cluster() { # $1 = system name, $2 = binary
+  local name=$1 bin=$2 cluster="" i
+  pids=()
+  for i in 1 2 3; do cluster+="m$i=http://127.0.0.1:${i}2380,"; done
+  cluster=${cluster%,}
+  rm -rf "$WORK/$name"
+  for i in 1 2 3; do
+    "$bin" --name "m$i" --data-dir "$WORK/$name/m$i" \
+      --listen-client-urls "http://127.0.0.1:${i}2379" --advertise-client-urls "http://127.0.0.1:${i}2379" \
+      --listen-peer-urls "http://127.0.0.1:${i}2380" --initial-advertise-peer-urls "http://127.0.0.1:${i}2380" \
+      --initial-cluster "$cluster" --initial-cluster-token bench --initial-cluster-state new \
+      --quota-backend-bytes 8589934592 >"$WORK/$name-m$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for _ in $(seq 150); do
+    "$QK" bench put --endpoints "$ENDPOINTS" --total 1 --clients 1 --output json >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "$name did not start; logs in $WORK" >&2; trap - EXIT; return 1
+}
+
+stop_cluster() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=(); }
+
+bench() { # $1 = system, $2 = run name, rest = bench arguments
+  local system=$1 run=$2; shift 2
+  echo "  $run: quantykube bench $*" >&2
+  "$QK" bench "$@" --endpoints "$ENDPOINTS" --output json >"$OUT/$system-$run.json" \
+    2>"$OUT/$system-$run.err" || echo "  ($run exited with $?; see $OUT/$system-$run.err)" >&2
+  printf '%s\n' "$*" >"$OUT/$system-$run.cmd"
+}
+
+peak_rss_kib() { # the largest VmHWM (peak resident set) of this cluster's members
+  local max=0 p v
+  for p in "${pids[@]}"; do
+    v=$(awk '/^VmHWM:/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
+    [ "${v:-0}" -gt "$max" ] && max=$v
+  done
+  echo "$max"
+}
+
+for system in $SYSTEMS; do
+  case $system in
+    etcd) bin=$(command -v etcd) ;;
+    quantykube) bin=$QK ;;
+    *) echo "unknown system $system" >&2; exit 2 ;;
+  esac
+  echo "== $system: $("$bin" --version | head -n1)" >&2
+  "$bin" --version | head -n1 >"$OUT/$system-version.txt"
+
+  start_cluster "$system" "$bin"
+  common=(--duration "$DURATION" --key-size 8 --val-size 256)
+  bench "$system" put-1 put "${common[@]}" --clients 1 --conns 1 --key-space-size 100000
+  bench "$system" put-10 put "${common[@]}" --clients 10 --conns 10 --key-space-size 100000
+  bench "$system" put-100 put "${common[@]}" --clients 100 --conns 10 --key-space-size 100000
+  # Keys 00000000..00000999 exist from here on: single-key reads and the 1 000-key range use them.
+  bench "$system" preload put --total 1000 --clients 10 --conns 10 --key-size 8 --val-size 256 \
+    --key-space-size 1000 --sequential-keys
+  bench "$system" range-l-100 range "${common[@]}" --clients 100 --conns 10 --key-space-size 1000 --consistency l
+  bench "$system" range-s-100 range "${common[@]}" --clients 100 --conns 10 --key-space-size 1000 --consistency s
+  bench "$system" txn-cas-100 txn-cas "${common[@]}" --clients 100 --conns 10 --key-space-size 1000
+  bench "$system" range-1000 range 00000000 00001000 --limit 1000 --duration "$DURATION" --clients 10 --conns 10 --consistency l
+  bench "$system" watch watch --duration "$DURATION" --watchers 1000 --streams 10 --put-rate 1000 \
+    --clients 10 --conns 10 --key-size 8 --val-size 256
+  bench "$system" lease-keepalive lease-keepalive --duration "$DURATION" --leases 1000 --clients 10 --conns 10
+  stop_cluster
+
+  # Peak RSS: a fresh cluster, RSS_KEYS distinct keys written once, then the members'
+  # peak resident set.
+  start_cluster "$system" "$bin"
+  bench "$system" load put --total "$RSS_KEYS" --clients 100 --conns 10 --key-size 8 --val-size 256 \
+    --key-space-size "$RSS_KEYS" --sequential-keys
+  peak_rss_kib >"$OUT/$system-rss-kib.txt"
+  du -sk "$WORK/$system" | awk '{print $1}' >"$OUT/$system-disk-kib.txt"
+  stop_cluster
+done
+
+python3 deploy/bench/render-report.py "$OUT" <docs/benchmarks.md >docs/benchmarks.md.new
+mv docs/benchmarks.md.new docs/benchmarks.md
+echo "wrote docs/benchmarks.md (raw results in $OUT)" >&2

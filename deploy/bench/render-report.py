@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Renders the side-by-side tables of docs/benchmarks.md from compare.sh's JSON.
+
+Usage: render-report.py RESULTS_DIR < docs/benchmarks.md > new.md
+
+Replaces what lies between the `<!-- compare.sh:begin -->` and `<!-- compare.sh:end -->`
+markers with the tables (appending them if the markers are missing) and leaves the
+hand-written findings around them alone.
+"""
+import json
+import os
+import platform
+import subprocess
+import sys
+
+BEGIN, END = "<!-- compare.sh:begin -->", "<!-- compare.sh:end -->"
+RUNS = [
+    ("put-1", "put, 1 client, 1 connection"),
+    ("put-10", "put, 10 clients, 10 connections"),
+    ("put-100", "put, 100 clients, 10 connections"),
+    ("range-l-100", "linearizable single-key range, 100 clients"),
+    ("range-s-100", "serializable single-key range, 100 clients"),
+    ("txn-cas-100", "txn-cas (range + compare-and-swap), 100 clients"),
+    ("range-1000", "linearizable range of 1 000 keys, 10 clients"),
+    ("watch", "watch: 1 000 watchers on 10 streams, puts at 1 000/s"),
+    ("lease-keepalive", "lease keep-alive, 1 000 leases, 10 clients"),
+]
+
+
+def load(results, system, run):
+    path = os.path.join(results, f"{system}-{run}.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read(results, name):
+    try:
+        with open(os.path.join(results, name)) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def errors(r):
+    if r is None:
+        return "no result"
+    if not r.get("errors_total"):
+        return "0"
+    kinds = sorted(r.get("errors", {}).items(), key=lambda kv: -kv[1])
+    return f"{r['errors_total']} ({'; '.join(f'{k}: {n}' for k, n in kinds[:2])})"
+
+
+def num(value, digits=1):
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def ratio(qk, etcd, higher_is_better=True):
+    if not qk or not etcd:
+        return "-"
+    r = qk / etcd if higher_is_better else etcd / qk
+    return f"{r:.2f}x"
+
+
+def usable(r):
+    return r is not None and r.get("operations", 0) > 0
+
+
+def table(results, run):
+    e, q = load(results, "etcd", run), load(results, "quantykube", run)
+    rows = ["| | etcd 3.4 | QuantyKube | QuantyKube vs etcd |", "|---|---|---|---|"]
+
+    def metric(label, get, higher_is_better, digits=1):
+        ev = get(e) if usable(e) else None
+        qv = get(q) if usable(q) else None
+        rows.append(
+            f"| {label} | {num(ev, digits)} | {num(qv, digits)} | "
+            f"{ratio(qv, ev, higher_is_better)} |"
+        )
+
+    if run == "watch":
+        metric("events delivered/s", lambda r: r.get("events_per_second"), True)
+        for p in ("p50", "p99", "max"):
+            metric(f"delivery latency {p}, ms",
+                   lambda r, p=p: r.get("delivery_latency_ms", {}).get(p), False, 2)
+    else:
+        metric("throughput, ops/s", lambda r: r.get("throughput"), True)
+        for p in ("p50", "p90", "p99", "p99_9", "max"):
+            metric(f"latency {p.replace('_', '.')}, ms",
+                   lambda r, p=p: r["latency_ms"].get(p), False, 2)
+    if run == "txn-cas-100":
+        metric("conflicts (failed compares)", lambda r: r.get("conflicts"), False, 0)
+    rows.append(f"| errors | {errors(e)} | {errors(q)} | |")
+    cmd = read(results, f"quantykube-{run}.cmd") or read(results, f"etcd-{run}.cmd")
+    return rows, cmd
+
+
+def machine():
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Linux {platform.release()}"
+
+
+def render(results):
+    out = [BEGIN, ""]
+    out.append(f"Machine: {machine()}. Servers: {read(results, 'etcd-version.txt')} "
+               f"and {read(results, 'quantykube-version.txt')}, three members each on "
+               "127.0.0.1, data dirs on the same filesystem, one system at a time; the "
+               "client is `quantykube bench` (release build) for both. Ratios: higher is "
+               "better for QuantyKube (throughput QuantyKube/etcd, latency etcd/QuantyKube).")
+    out.append("")
+    for run, title in RUNS:
+        rows, cmd = table(results, run)
+        out.append(f"### {title}")
+        out.append("")
+        if cmd:
+            out.append(f"`quantykube bench {cmd} --endpoints <the three members> --output json`")
+            out.append("")
+        out.extend(rows)
+        out.append("")
+    e_rss, q_rss = read(results, "etcd-rss-kib.txt"), read(results, "quantykube-rss-kib.txt")
+    e_disk, q_disk = read(results, "etcd-disk-kib.txt"), read(results, "quantykube-disk-kib.txt")
+    load_cmd = read(results, "quantykube-load.cmd") or read(results, "etcd-load.cmd")
+    out.append("### Memory and disk after loading distinct keys")
+    out.append("")
+    if load_cmd:
+        out.append(f"`quantykube bench {load_cmd}` on a fresh cluster; peak RSS is the largest "
+                   "VmHWM of the three members; disk is `du` of all three data dirs.")
+        out.append("")
+    out.append("| | etcd 3.4 | QuantyKube | QuantyKube vs etcd |")
+    out.append("|---|---|---|---|")
+
+    def mib(v):
+        return float(v) / 1024 if v else None
+
+    out.append(f"| peak RSS, MiB | {num(mib(e_rss))} | {num(mib(q_rss))} | "
+               f"{ratio(mib(q_rss), mib(e_rss), False)} |")
+    out.append(f"| disk, MiB (3 members) | {num(mib(e_disk))} | {num(mib(q_disk))} | "
+               f"{ratio(mib(q_disk), mib(e_disk), False)} |")
+    out.extend(["", END])
+    return "\n".join(out)
+
+
+def main():
+    results = sys.argv[1]
+    page = sys.stdin.read()
+    generated = render(results)
+    if BEGIN in page and END in page:
+        head, rest = page.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        page = head + generated + tail
+    else:
+        page = page.rstrip("\n") + "\n\n" + generated + "\n"
+    sys.stdout.write(page)
+
+
+if __name__ == "__main__":
+    main()
