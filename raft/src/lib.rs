@@ -20,6 +20,7 @@ pub mod codec;
 pub mod config;
 pub mod dialer;
 pub mod log_store;
+pub mod log_tail;
 pub mod network;
 pub mod pb;
 pub mod peer_server;

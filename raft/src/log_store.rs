@@ -14,7 +14,7 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
@@ -24,6 +24,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::codec;
+use crate::log_tail::{LogTail, DEFAULT_TAIL_BYTES};
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 use crate::wal_sync::WalSyncer;
 
@@ -44,6 +45,8 @@ const KEY_LAST_PURGED: &[u8] = b"last_purged";
 pub struct LogStore {
     db: Arc<DB>,
     syncer: WalSyncer,
+    /// The newest entries, shared with every reader clone (see [`crate::log_tail`]).
+    tail: Arc<Mutex<LogTail>>,
 }
 
 impl Debug for LogStore {
@@ -70,7 +73,11 @@ impl LogStore {
                 ));
             }
         }
-        Ok(Self { db, syncer })
+        Ok(Self {
+            db,
+            syncer,
+            tail: Arc::new(Mutex::new(LogTail::new(DEFAULT_TAIL_BYTES))),
+        })
     }
 
     fn cf(&self, name: &'static str) -> Result<&ColumnFamily, io::Error> {
@@ -108,6 +115,14 @@ impl LogStore {
         let mut batch = WriteBatch::default();
         batch.put_cf(cf, key, bytes);
         self.write(batch, sync)
+    }
+
+    fn tail(&self) -> MutexGuard<'_, LogTail> {
+        // The tail is only ever changed after RocksDB, in one call; a panic midway left
+        // it at worst shorter, which is still correct.
+        self.tail
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn write(&self, batch: WriteBatch, sync: bool) -> Result<(), io::Error> {
@@ -152,6 +167,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
             return Ok(Vec::new());
         }
 
+        if let Some(entries) = self.tail().get(start, end_exclusive) {
+            return Ok(entries);
+        }
         let cf = self.cf(CF_RAFT_LOG)?;
         let from = index_key(start);
         // A RocksDB iterator reads one implicit snapshot, so the result is atomic.
@@ -238,16 +256,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let cf = self.cf(CF_RAFT_LOG)?;
         let mut batch = WriteBatch::default();
-        let mut count = 0usize;
-        for entry in entries {
-            let value = codec::encode("log entry", &entry)?;
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        for entry in &entries {
+            let value = codec::encode("log entry", entry)?;
             batch.put_cf(cf, index_key(entry.index()), value);
-            count += 1;
         }
+        let count = entries.len();
         // Written now (readable at once), durable when the WAL syncer's next fsync
         // completes the callback: openraft counts the entries only then.
         if count > 0 {
             self.write(batch, false)?;
+            self.tail().append(&entries);
         }
         tracing::trace!(entries = count, "raft log append written");
         self.syncer.sync_then(callback);
@@ -265,7 +284,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         batch.delete_range_cf(cf, &index_key(from)[..], END_OF_LOG_KEY);
         // Rare (only on a leader change with conflicting entries), so sync it: no
         // conflicting entry reappears after a crash even if no append follows.
-        self.write(batch, true)
+        self.write(batch, true)?;
+        self.tail().truncate_from(from);
+        Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
@@ -285,7 +306,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         );
         // Unsynced: purged entries are already in a snapshot; if a crash undoes the purge
         // (atomically, it is one batch) they are simply purged again.
-        self.write(batch, false)
+        self.write(batch, false)?;
+        self.tail().purge_upto(log_id.index());
+        Ok(())
     }
 }
 
