@@ -11,8 +11,10 @@
 
 mod error;
 mod read;
+mod read_rounds;
 mod write;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
@@ -62,6 +64,8 @@ where
     raft: Raft<SM>,
     channels: PeerChannels,
     options: RaftClientOptions,
+    /// Follower reads waiting to share one read-index request to the leader.
+    read_rounds: Arc<read_rounds::ReadRounds>,
 }
 
 impl<SM> Clone for RaftClient<SM>
@@ -73,6 +77,7 @@ where
             raft: self.raft.clone(),
             channels: self.channels.clone(),
             options: self.options.clone(),
+            read_rounds: self.read_rounds.clone(),
         }
     }
 }
@@ -85,7 +90,7 @@ enum Route {
 }
 
 /// A peer's (or the local raft's) word on who leads, fresher than local metrics.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Redirect {
     leader_id: Option<NodeId>,
     leader: Option<Member>,
@@ -110,6 +115,7 @@ impl From<ForwardToLeader<TypeConfig>> for Redirect {
 }
 
 /// The result of one attempt at a write or a read index.
+#[derive(Clone)]
 enum Attempt<T, E> {
     Done(T),
     Failed(E),
@@ -139,6 +145,7 @@ where
             raft,
             channels,
             options,
+            read_rounds: Arc::default(),
         }
     }
 

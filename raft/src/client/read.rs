@@ -11,9 +11,11 @@ use openraft::error::{LinearizableReadError, RaftError};
 use openraft::raft::linearizable_read::{Linearizer, ReadLogId};
 use openraft::storage::RaftStateMachine;
 use openraft::ReadPolicy;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tonic::Code;
 
+use super::read_rounds::WaitingRead;
 use super::{with_timeout, Attempt, Pause, RaftClient, ReadError, Route};
 use crate::channels::{is_connect_failure, Lane};
 use crate::codec;
@@ -39,7 +41,7 @@ where
                 },
                 Route::Local => self.read_index_locally(deadline).await,
                 Route::Remote(leader, member) => {
-                    self.read_index_remotely(leader, &member, deadline).await
+                    self.read_index_in_round(leader, member, deadline).await
                 }
             };
             match attempt {
@@ -91,6 +93,48 @@ where
             }
             Ok(Err(RaftError::Fatal(fatal))) => {
                 Attempt::Failed(ReadError::Stopped(fatal.to_string()))
+            }
+        }
+    }
+
+    /// A read index from the leader, shared with every read waiting for the same round
+    /// (see `read_rounds`).
+    async fn read_index_in_round(
+        &self,
+        leader: NodeId,
+        member: Member,
+        deadline: Instant,
+    ) -> Attempt<Linearizer<TypeConfig>, ReadError> {
+        let (answer, answered) = oneshot::channel();
+        let read = WaitingRead {
+            leader,
+            member,
+            answer,
+        };
+        if self.read_rounds.join(read) {
+            let client = self.clone();
+            tokio::spawn(async move { client.run_read_rounds().await });
+        }
+        match tokio::time::timeout_at(deadline, answered).await {
+            Ok(Ok(attempt)) => attempt,
+            // The runner stopped without answering (the runtime is shutting down).
+            Ok(Err(_)) => Attempt::Failed(ReadError::Stopped("read-index rounds stopped".into())),
+            Err(_) => Attempt::Failed(ReadError::Timeout),
+        }
+    }
+
+    /// Runs rounds until no read waits: one ReadIndex request per round, to the leader
+    /// the newest waiting read would ask, with a full request timeout of its own.
+    async fn run_read_rounds(self) {
+        while let Some(round) = self.read_rounds.next_round() {
+            let Some(newest) = round.last() else { continue };
+            let (leader, member) = (newest.leader, newest.member.clone());
+            let attempt = self
+                .read_index_remotely(leader, &member, self.deadline())
+                .await;
+            tracing::trace!(reads = round.len(), leader, "read-index round done");
+            for read in round {
+                let _ = read.answer.send(attempt.clone());
             }
         }
     }
