@@ -15,9 +15,10 @@ use openraft::EntryPayload;
 
 use crate::types::Entry;
 
-/// Memory the tail may use by default: commands are at most a few MiB, so this holds
-/// thousands of entries, far more than replication and apply lag behind in steady state.
-pub const DEFAULT_TAIL_BYTES: usize = 64 * 1024 * 1024;
+/// Memory the tail may use by default: tens of thousands of typical entries (a
+/// Kubernetes object is a few KiB), far more than replication and apply lag behind in
+/// steady state; a follower further behind is served from RocksDB.
+pub const DEFAULT_TAIL_BYTES: usize = 16 * 1024 * 1024;
 
 /// Bookkeeping per entry beyond its command bytes.
 const ENTRY_OVERHEAD_BYTES: usize = 64;

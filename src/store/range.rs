@@ -86,10 +86,13 @@ impl<'a> Reader<'a> {
         }
         let mut it = self.iterator(upper)?;
         it.seek(&lower);
+        // The current key, copied out of the iterator (which moves on); one buffer reused.
+        let mut escaped = Vec::new();
         while it.valid() {
             let Some(raw) = it.key() else { break };
-            let (escaped, revision) = split_version_key(raw)?;
-            let escaped = escaped.to_vec();
+            let (current, revision) = split_version_key(raw)?;
+            escaped.clear();
+            escaped.extend_from_slice(current);
             let mut revision = revision;
             if revision > at {
                 it.seek(version_key(&escaped, at));
