@@ -8,6 +8,9 @@
 # Usage: deploy/bench/compare.sh            # everything (about 15 minutes)
 #        QUICK=1 deploy/bench/compare.sh    # 3-second runs and 20 000 keys: a smoke run
 #        SYSTEMS="quantykube" deploy/bench/compare.sh   # one system (keeps the other's JSON)
+#        RUNS="put-1 put-100" deploy/bench/compare.sh   # only these runs ("rss" for the 1 M keys)
+# Writes go to the leader (--target-leader) and reads to every member, as in etcd's
+# performance documentation (op-guide/performance.md).
 # Needs: etcd (deploy/local/install-deps.sh); builds the release binary itself.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,8 +49,11 @@ start_cluster() { # $1 = system name, $2 = binary
 
 stop_cluster() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=(); }
 
+wanted() { [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $1 "* ]]; }
+
 bench() { # $1 = system, $2 = run name, rest = bench arguments
   local system=$1 run=$2; shift 2
+  wanted "$run" || [ "$run" = preload ] || return 0
   echo "  $run: quantykube bench $*" >&2
   "$QK" bench "$@" --endpoints "$ENDPOINTS" --output json >"$OUT/$system-$run.json" \
     2>"$OUT/$system-$run.err" || echo "  ($run exited with $?; see $OUT/$system-$run.err)" >&2
@@ -74,9 +80,9 @@ for system in $SYSTEMS; do
 
   start_cluster "$system" "$bin"
   common=(--duration "$DURATION" --key-size 8 --val-size 256)
-  bench "$system" put-1 put "${common[@]}" --clients 1 --conns 1 --key-space-size 100000
-  bench "$system" put-10 put "${common[@]}" --clients 10 --conns 10 --key-space-size 100000
-  bench "$system" put-100 put "${common[@]}" --clients 100 --conns 10 --key-space-size 100000
+  bench "$system" put-1 put "${common[@]}" --clients 1 --conns 1 --key-space-size 100000 --target-leader
+  bench "$system" put-10 put "${common[@]}" --clients 10 --conns 10 --key-space-size 100000 --target-leader
+  bench "$system" put-100 put "${common[@]}" --clients 100 --conns 10 --key-space-size 100000 --target-leader
   # Keys 00000000..00000999 exist from here on: single-key reads and the 1 000-key range use them.
   bench "$system" preload put --total 1000 --clients 10 --conns 10 --key-size 8 --val-size 256 \
     --key-space-size 1000 --sequential-keys
@@ -91,8 +97,9 @@ for system in $SYSTEMS; do
 
   # Peak RSS: a fresh cluster, RSS_KEYS distinct keys written once, then the members'
   # peak resident set.
+  wanted rss || continue
   start_cluster "$system" "$bin"
-  bench "$system" load put --total "$RSS_KEYS" --clients 100 --conns 10 --key-size 8 --val-size 256 \
+  RUNS= bench "$system" load put --total "$RSS_KEYS" --clients 100 --conns 10 --key-size 8 --val-size 256 \
     --key-space-size "$RSS_KEYS" --sequential-keys
   peak_rss_kib >"$OUT/$system-rss-kib.txt"
   du -sk "$WORK/$system" | awk '{print $1}' >"$OUT/$system-disk-kib.txt"
