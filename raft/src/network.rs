@@ -11,28 +11,26 @@
 //! I/O (no `spawn_blocking`). One 1 MiB read stalls a worker for well under a
 //! millisecond when the file is in the page cache.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{future, stream, Stream, StreamExt};
-use openraft::base::{BoxFuture, BoxStream};
+use futures::StreamExt;
 use openraft::error::{
     NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
-    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RPCTypes, RaftNetworkV2, StorageError};
 use tokio::time::Instant;
 use tonic::transport::Channel;
-use tonic::{Code, Status, Streaming};
+use tonic::{Code, Status};
 
 use crate::channels::{Lane, PeerChannels, PooledChannel};
 use crate::codec;
@@ -295,147 +293,6 @@ impl PeerConnection {
     }
 }
 
-/// The follower's answers to a pipelined stream of AppendEntries, in request order.
-type AnswerStream<'a> = BoxStream<'a, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>;
-
-impl PeerConnection {
-    /// Opens a StreamAppend call: requests go out as openraft produces them, without
-    /// waiting for answers, so the follower's disk and the network overlap across
-    /// batches (a unary AppendEntries per batch costs a round trip plus the follower's
-    /// fsync each). Every request sent must be answered within the deadline a unary
-    /// call would have had, counted from when it was sent; a stream with nothing in
-    /// flight may idle for as long as there is nothing to replicate.
-    async fn open_append_stream<S>(
-        &self,
-        input: S,
-        option: RPCOption,
-    ) -> Result<AnswerStream<'static>, RPCError<TypeConfig>>
-    where
-        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
-    {
-        let action = RPCTypes::AppendEntries;
-        // Take the first request before dialling: openraft's backoff after failures is a
-        // pause inside the request stream, so dialling first would retry an unreachable
-        // peer in a tight loop.
-        let mut input = input;
-        let Some(first) = input.next().await else {
-            return Ok(Box::pin(stream::empty()));
-        };
-        let input = stream::once(future::ready(first)).chain(input);
-        let soft_ttl = option.soft_ttl();
-        let setup = soft_ttl.max(MIN_APPEND_DEADLINE);
-        let deadline = Instant::now() + setup;
-        let pooled = self
-            .dial(deadline, setup)
-            .await
-            .map_err(|e| self.rpc_error(action, e))?;
-        // Answer deadlines of the requests in flight, oldest first.
-        let in_flight = Arc::new(Mutex::new(VecDeque::<Instant>::new()));
-        let sent = in_flight.clone();
-        let target = self.target;
-        let requests = input.scan((), move |_, rpc| {
-            let next = match codec::encode("append entries request", &rpc) {
-                Ok(request) => {
-                    let ttl =
-                        append_entries_deadline(soft_ttl, !rpc.entries.is_empty(), request.len());
-                    lock(&sent).push_back(Instant::now() + ttl);
-                    Some(pb::AppendEntriesRequest {
-                        request: request.into(),
-                    })
-                }
-                Err(error) => {
-                    // Skipping one would leave the follower's answers out of step with
-                    // the requests: end the stream instead; openraft opens another.
-                    tracing::error!(target_id = target, %error, "cannot encode append entries");
-                    None
-                }
-            };
-            future::ready(next)
-        });
-        let mut client = pooled.client();
-        let answers = match tokio::time::timeout_at(deadline, client.stream_append(requests)).await
-        {
-            Ok(Ok(response)) => response.into_inner(),
-            Ok(Err(status)) => {
-                self.channels.discard(self.target, self.lane, &pooled);
-                return Err(self.rpc_error(action, status_error(&status)));
-            }
-            Err(_) => {
-                self.channels.discard(self.target, self.lane, &pooled);
-                return Err(self.rpc_error(action, CallError::Timeout(setup)));
-            }
-        };
-        let session = AppendSession {
-            connection: self.clone(),
-            pooled,
-            answers,
-            in_flight,
-            idle_recheck: soft_ttl,
-        };
-        Ok(Box::pin(stream::unfold(
-            Some(session),
-            |session| async move {
-                let mut session = session?;
-                let answer = session.next_answer().await?;
-                let next = answer.is_ok().then_some(session);
-                Some((answer, next))
-            },
-        )))
-    }
-}
-
-/// The receiving half of one StreamAppend call.
-struct AppendSession {
-    connection: PeerConnection,
-    pooled: PooledChannel,
-    answers: Streaming<pb::StreamAppendResponse>,
-    in_flight: Arc<Mutex<VecDeque<Instant>>>,
-    /// How often an idle stream looks again for requests sent meanwhile.
-    idle_recheck: Duration,
-}
-
-impl AppendSession {
-    /// The next answer; `None` when the follower ended the stream cleanly, an error (the
-    /// last item) when it failed or an answer is overdue.
-    async fn next_answer(
-        &mut self,
-    ) -> Option<Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>> {
-        let action = RPCTypes::AppendEntries;
-        loop {
-            let oldest = lock(&self.in_flight).front().copied();
-            let wait_until = oldest.unwrap_or_else(|| Instant::now() + self.idle_recheck);
-            let failure = match tokio::time::timeout_at(wait_until, self.answers.next()).await {
-                Ok(Some(Ok(message))) => {
-                    lock(&self.in_flight).pop_front();
-                    return Some(
-                        codec::decode("stream append result", &message.result).map_err(|e| {
-                            self.connection
-                                .rpc_error(action, CallError::Network(e.to_string()))
-                        }),
-                    );
-                }
-                Ok(None) => return None,
-                Ok(Some(Err(status))) => status_error(&status),
-                Err(_) if oldest.is_none() => continue,
-                Err(_) => CallError::Timeout(self.idle_recheck.max(MIN_APPEND_DEADLINE)),
-            };
-            let connection = &self.connection;
-            connection
-                .channels
-                .discard(connection.target, connection.lane, &self.pooled);
-            return Some(Err(connection.rpc_error(action, failure)));
-        }
-    }
-}
-
-/// A poisoned lock only means a task panicked while holding it; the queue of deadlines
-/// is whole either way.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl RaftNetworkV2<TypeConfig> for PeerConnection {
     type SnapshotData = SnapshotFile;
 
@@ -457,20 +314,6 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
             .map_err(|e| self.rpc_error(action, e))?
             .response;
         self.decode(action, "append entries response", &bytes)
-    }
-
-    fn stream_append<'s, S>(
-        &'s mut self,
-        input: S,
-        option: RPCOption,
-    ) -> BoxFuture<'s, Result<AnswerStream<'s>, RPCError<TypeConfig>>>
-    where
-        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
-    {
-        Box::pin(async move {
-            let answers: AnswerStream<'s> = self.open_append_stream(input, option).await?;
-            Ok(answers)
-        })
     }
 
     async fn vote(

@@ -16,14 +16,11 @@
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
-use futures::{future, stream, Stream, StreamExt};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
-use openraft::raft::AppendEntriesRequest;
 use openraft::storage::RaftStateMachine;
 use openraft::ReadPolicy;
 use serde::Serialize;
@@ -172,46 +169,6 @@ where
         }))
     }
 
-    type StreamAppendStream =
-        Pin<Box<dyn Stream<Item = Result<pb::StreamAppendResponse, Status>> + Send + 'static>>;
-
-    async fn stream_append(
-        &self,
-        request: Request<Streaming<pb::AppendEntriesRequest>>,
-    ) -> Result<Response<Self::StreamAppendStream>, Status> {
-        // openraft answers every request in order once its entries are durable, holding
-        // a bounded number in flight. A request that cannot be read ends the requests;
-        // its error then ends the answers, after the answers to everything before it.
-        let failure = Arc::new(Mutex::new(None::<Status>));
-        let noted = failure.clone();
-        let requests = request.into_inner().scan((), move |_, item| {
-            let rpc = item.and_then(|message| {
-                codec::decode::<AppendEntriesRequest<TypeConfig>>(
-                    "append entries request",
-                    &message.request,
-                )
-                .map_err(Status::from)
-            });
-            future::ready(match rpc {
-                Ok(rpc) => Some(rpc),
-                Err(status) => {
-                    *lock(&noted) = Some(status);
-                    None
-                }
-            })
-        });
-        let answers = self.raft.stream_append(requests).map(|answer| {
-            let result =
-                answer.map_err(|fatal| Status::unavailable(format!("raft stopped: {fatal}")))?;
-            Ok(pb::StreamAppendResponse {
-                result: encode("stream append result", &result)?.into(),
-            })
-        });
-        let failed = stream::once(async move { lock(&failure).take() })
-            .filter_map(|status| future::ready(status.map(Err)));
-        Ok(Response::new(Box::pin(answers.chain(failed))))
-    }
-
     async fn request_vote(
         &self,
         request: Request<pb::RequestVoteRequest>,
@@ -333,14 +290,6 @@ where
         };
         Ok(Response::new(reply))
     }
-}
-
-/// A poisoned lock only means another task panicked while holding it; the value (an
-/// optional status) is whole either way.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn stopped(e: RaftError<TypeConfig>) -> Status {
