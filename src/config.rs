@@ -222,8 +222,8 @@ where
         .unwrap_or_else(|| "quantykube".into());
     let args = args.collect::<Result<Vec<_>, _>>()?;
 
-    // A later subcommand (e.g. `quantykube bench`) is to be dispatched here, on args[0],
-    // before etcd's flags are parsed; until one exists any bare word is a usage error.
+    // `quantykube bench` is dispatched in main.rs before this parser runs; here any bare
+    // word is a usage error, as it is for etcd.
     let scan = scan(&args)?;
     if scan.help {
         return Ok(Invocation::Help(help_text()));
@@ -1606,7 +1606,10 @@ fn after_help() -> String {
          etcd flags accepted but ignored, with a warning, because they only tune etcd's\n\
          internals:\n{}\n\n\
          etcd flags QuantyKube does not implement yet (refused, unless set to the value\n\
-         shown, which is what QuantyKube does anyway):\n{}",
+         shown, which is what QuantyKube does anyway):\n{}\n\n\
+         `quantykube bench <workload> [flags]` is the load generator instead of a server\n\
+         (put, range, txn-cas, mixed, watch, lease-keepalive against any etcd endpoint);\n\
+         see `quantykube bench --help`.",
         wrap(&tuning),
         wrap(&refused)
     )
