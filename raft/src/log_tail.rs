@@ -53,13 +53,8 @@ impl LogTail {
     /// holds replace what it holds from there; after a gap (a log that was reset) the
     /// tail starts again from them.
     pub fn append(&mut self, entries: &[Entry]) {
-        let Some(first) = entries.first().map(|e| e.index()) else {
-            return;
-        };
-        match self.last_index() {
-            Some(last) if first <= last => self.truncate_from(first),
-            Some(last) if first != last + 1 => self.clear(),
-            _ => {}
+        if let Some(first) = entries.first() {
+            self.truncate_from(first.index());
         }
         for entry in entries {
             if self

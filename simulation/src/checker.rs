@@ -333,19 +333,9 @@ pub async fn check_durability(
         else {
             continue;
         };
-        let response = client
-            .get(
-                key.as_str(),
-                Some(
-                    GetOptions::new()
-                        .with_revision(revision)
-                        .with_serializable(),
-                ),
-            )
-            .await;
-        let response = match response {
-            Ok(response) => response,
-            Err(error) if is_compacted(&error) && revision <= compactable => continue,
+        let found = match state_at(client, key, revision, compactable).await {
+            Ok(Some(found)) => found,
+            Ok(None) => continue,
             Err(error) => {
                 return Err(Violation::new(
                     "durability",
@@ -353,17 +343,10 @@ pub async fn check_durability(
                 ))
             }
         };
-        let found = response
-            .kvs()
-            .first()
-            .map(|kv| (kv.value().to_vec(), kv.mod_revision()));
-        if found != Some((value.as_bytes().to_vec(), revision)) {
+        if found.as_ref() != Some(&(value.clone(), revision)) {
             return Err(Violation::new(
                 "durability",
-                format!(
-                    "{member} lost {op}: at revision {revision} it has {:?}",
-                    found.map(|(v, r)| (String::from_utf8_lossy(&v).into_owned(), r))
-                ),
+                format!("{member} lost {op}: at revision {revision} it has {found:?}"),
             ));
         }
     }
@@ -396,19 +379,9 @@ pub async fn check_read_snapshots(
                 format!("{op} returned a key modified after the read's revision"),
             ));
         }
-        let response = client
-            .get(
-                key.as_str(),
-                Some(
-                    GetOptions::new()
-                        .with_revision(*revision)
-                        .with_serializable(),
-                ),
-            )
-            .await;
-        let response = match response {
-            Ok(response) => response,
-            Err(error) if is_compacted(&error) && *revision <= compactable => continue,
+        let found = match state_at(client, key, *revision, compactable).await {
+            Ok(Some(found)) => found,
+            Ok(None) => continue,
             Err(error) => {
                 return Err(Violation::new(
                     "read-snapshot",
@@ -416,12 +389,6 @@ pub async fn check_read_snapshots(
                 ))
             }
         };
-        let found = response.kvs().first().map(|kv| {
-            (
-                String::from_utf8_lossy(kv.value()).into_owned(),
-                kv.mod_revision(),
-            )
-        });
         if found != *value {
             return Err(Violation::new(
                 "read-snapshot",
@@ -430,6 +397,30 @@ pub async fn check_read_snapshots(
         }
     }
     Ok(())
+}
+
+/// `key`'s state at `revision` (its value and mod revision, or `None` if absent), read
+/// serializably from the member `client` is connected to; `Ok(None)` if the revision
+/// is compacted and a Compact in the history (up to `compactable`) may have done it.
+async fn state_at(
+    client: &mut Client,
+    key: &str,
+    revision: i64,
+    compactable: i64,
+) -> Result<Option<Option<(String, i64)>>, etcd_client::Error> {
+    let options = GetOptions::new()
+        .with_revision(revision)
+        .with_serializable();
+    match client.get(key, Some(options)).await {
+        Ok(response) => Ok(Some(response.kvs().first().map(|kv| {
+            (
+                String::from_utf8_lossy(kv.value()).into_owned(),
+                kv.mod_revision(),
+            )
+        }))),
+        Err(error) if is_compacted(&error) && revision <= compactable => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 /// The highest revision a Compact in the history (answered or not) asked for: reads
@@ -451,36 +442,74 @@ fn is_compacted(error: &etcd_client::Error) -> bool {
         if status.code() == tonic::Code::OutOfRange && status.message().contains("compacted"))
 }
 
-/// Every check, in order, once faults are healed: the members converge (within
-/// `within`), the clients' revisions are sound, the history is linearizable
-/// ([`linearizability::check`]), every revision after
-/// `initial_revision` is accounted for by the clients' Puts, every member still
-/// has every acknowledged Put, and every read answered from one revision's state. Returns the members' digests. Must run inside a turmoil
-/// host; the accounting is only sound when the recorded clients are the only writers.
+/// Every check once faults are healed, each reporting on its own, in this order: the
+/// members converge (within `within`), the clients' revisions are sound, the history
+/// is linearizable ([`linearizability::check`]), every revision after
+/// `initial_revision` is accounted for by the clients' writes, every member still has
+/// every acknowledged Put, and every read answered from one revision's state. Returns
+/// the members' digests and every violation. Must run inside a turmoil host; the
+/// accounting is only sound when the recorded clients are the only writers.
+pub async fn check_all(
+    members: &[(String, String)],
+    operations: &[Operation],
+    initial_revision: i64,
+    within: Duration,
+) -> (Vec<StoreDigest>, Vec<Violation>) {
+    let mut violations = Vec::new();
+    let digests = await_convergence(members, within)
+        .await
+        .unwrap_or_else(|violation| {
+            violations.push(violation);
+            Vec::new()
+        });
+    violations.extend(check_revisions(operations).err());
+    violations.extend(linearizability::check(operations, initial_revision).err());
+    if let Some(first) = digests.first() {
+        violations.extend(check_accounting(operations, initial_revision, first.revision).err());
+    }
+    for (name, url) in members {
+        violations.extend(on_member(name, url, "durability", operations, check_durability).await);
+    }
+    if let Some((name, url)) = members.first() {
+        violations
+            .extend(on_member(name, url, "read-snapshot", operations, check_read_snapshots).await);
+    }
+    (digests, violations)
+}
+
+/// [`check_all`], stopping at its first violation.
 pub async fn check_healed_cluster(
     members: &[(String, String)],
     operations: &[Operation],
     initial_revision: i64,
     within: Duration,
 ) -> Result<Vec<StoreDigest>, Violation> {
-    let digests = await_convergence(members, within).await?;
-    check_revisions(operations)?;
-    linearizability::check(operations, initial_revision)?;
-    let final_revision = digests.first().map_or(initial_revision, |d| d.revision);
-    check_accounting(operations, initial_revision, final_revision)?;
-    for (name, url) in members {
-        let mut etcd = client::connect(url)
-            .await
-            .map_err(|e| Violation::new("durability", format!("{name} does not answer: {e}")))?;
-        check_durability(&mut etcd, name, operations).await?;
+    let (digests, violations) = check_all(members, operations, initial_revision, within).await;
+    match violations.into_iter().next() {
+        Some(violation) => Err(violation),
+        None => Ok(digests),
     }
-    if let Some((name, url)) = members.first() {
-        let mut etcd = client::connect(url)
-            .await
-            .map_err(|e| Violation::new("read-snapshot", format!("{name} does not answer: {e}")))?;
-        check_read_snapshots(&mut etcd, name, operations).await?;
+}
+
+/// Runs a per-member check on a fresh connection to `url`; a member that does not
+/// answer violates `property`.
+async fn on_member<F>(
+    name: &str,
+    url: &str,
+    property: &'static str,
+    operations: &[Operation],
+    check: F,
+) -> Option<Violation>
+where
+    F: AsyncFnOnce(&mut Client, &str, &[Operation]) -> Result<(), Violation>,
+{
+    match client::connect(url).await {
+        Ok(mut etcd) => check(&mut etcd, name, operations).await.err(),
+        Err(error) => Some(Violation::new(
+            property,
+            format!("{name} does not answer: {error}"),
+        )),
     }
-    Ok(digests)
 }
 
 /// 64-bit FNV-1a: a small, stable hash, identical in every run and on every platform.

@@ -15,13 +15,11 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::checker::{self, Fnv, StoreDigest, Violation};
-use crate::client;
+use crate::checker::{self, Fnv};
 use crate::cluster::SimCluster;
 use crate::error::SimError;
 use crate::faults::{step_until, FaultPlan, Injector, LeaderWatch};
-use crate::history::{History, Operation, Outcome};
-use crate::linearizability;
+use crate::history::{History, Outcome};
 use crate::rng::{mix, SimRng};
 use crate::workload::{Mixed, WritesInFlight};
 
@@ -181,7 +179,8 @@ impl Scenario {
         let members = cluster.members();
         let operations = history.operations();
         sim.client("checker", async move {
-            *out.borrow_mut() = Some(check(&members, &operations).await);
+            *out.borrow_mut() =
+                Some(checker::check_all(&members, &operations, 1, Duration::from_secs(30)).await);
             Ok(())
         });
         sim.run().map_err(|e| SimError::Simulation(e.to_string()))?;
@@ -194,60 +193,6 @@ impl Scenario {
             .extend(violations.iter().map(ToString::to_string));
         Ok(())
     }
-}
-
-/// Every checker over a healed cluster, each reporting on its own: convergence,
-/// revisions, linearizability, accounting, durability on every member, read
-/// snapshots. Runs inside
-/// the checker host.
-async fn check(
-    members: &[(String, String)],
-    operations: &[Operation],
-) -> (Vec<StoreDigest>, Vec<Violation>) {
-    let mut violations = Vec::new();
-    let digests = match checker::await_convergence(members, Duration::from_secs(30)).await {
-        Ok(digests) => digests,
-        Err(violation) => {
-            violations.push(violation);
-            Vec::new()
-        }
-    };
-    if let Err(violation) = checker::check_revisions(operations) {
-        violations.push(violation);
-    }
-    if let Err(violation) = linearizability::check(operations, 1) {
-        violations.push(violation);
-    }
-    if let Some(first) = digests.first() {
-        if let Err(violation) = checker::check_accounting(operations, 1, first.revision) {
-            violations.push(violation);
-        }
-    }
-    for (name, url) in members {
-        let result = match client::connect(url).await {
-            Ok(mut etcd) => checker::check_durability(&mut etcd, name, operations).await,
-            Err(error) => Err(Violation {
-                property: "durability",
-                detail: format!("{name} does not answer: {error}"),
-            }),
-        };
-        if let Err(violation) = result {
-            violations.push(violation);
-        }
-    }
-    if let Some((name, url)) = members.first() {
-        let result = match client::connect(url).await {
-            Ok(mut etcd) => checker::check_read_snapshots(&mut etcd, name, operations).await,
-            Err(error) => Err(Violation {
-                property: "read-snapshot",
-                detail: format!("{name} does not answer: {error}"),
-            }),
-        };
-        if let Err(violation) = result {
-            violations.push(violation);
-        }
-    }
-    (digests, violations)
 }
 
 /// tmpfs when there is one: members fsync on every append.
