@@ -8,7 +8,7 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
@@ -29,6 +29,10 @@ pub struct StateMachine {
     member: NodeId,
     store: Arc<RevisionStore>,
     snapshot_dir: PathBuf,
+    /// Held while the snapshot directory changes or is read: a checkpoint is built on
+    /// a task of its own while raft may ask for the current snapshot or install one,
+    /// and none may remove what another is opening.
+    snapshot_dir_lock: Arc<Mutex<()>>,
     offload: Offload,
 }
 
@@ -43,8 +47,25 @@ impl StateMachine {
             member,
             store,
             snapshot_dir,
+            snapshot_dir_lock: Arc::default(),
             offload,
         }
+    }
+
+    /// Runs blocking work on the snapshot directory, alone.
+    async fn in_snapshot_dir<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&std::path::Path) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, io::Error> {
+        let lock = self.snapshot_dir_lock.clone();
+        let dir = self.snapshot_dir.clone();
+        self.blocking(move || {
+            let _alone = lock
+                .lock()
+                .map_err(|_| StoreError::corrupt("a snapshot task panicked"))?;
+            work(&dir)
+        })
+        .await
     }
 
     /// Runs blocking store work where this member runs it.
@@ -130,10 +151,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: SnapshotFile,
     ) -> Result<(), io::Error> {
         let store = self.store.clone();
-        let dir = self.snapshot_dir.clone();
         let expected = meta.clone();
-        self.blocking(move || {
-            let current = crate::store::keep_received_snapshot(&dir, &snapshot.path)?;
+        self.in_snapshot_dir(move |dir| {
+            let current = crate::store::keep_received_snapshot(dir, &snapshot.path)?;
             let installed = store.install_snapshot(&current)?;
             if installed.last_log_id != expected.last_log_id {
                 return Err(StoreError::corrupt("snapshot file does not match its meta"));
@@ -144,10 +164,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        let dir = self.snapshot_dir.clone();
-        let latest = self
-            .blocking(move || crate::store::latest_snapshot(&dir))
-            .await?;
+        let latest = self.in_snapshot_dir(crate::store::latest_snapshot).await?;
         Ok(latest.map(|info| Snapshot {
             meta: info.meta,
             snapshot: SnapshotFile { path: info.path },
@@ -160,8 +177,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let store = self.store.clone();
-        let dir = self.snapshot_dir.clone();
-        let info = self.blocking(move || store.build_snapshot(&dir)).await?;
+        let info = self
+            .in_snapshot_dir(move |dir| store.build_snapshot(dir))
+            .await?;
         Ok(Snapshot {
             meta: info.meta,
             snapshot: SnapshotFile { path: info.path },

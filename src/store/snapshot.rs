@@ -1,17 +1,25 @@
-//! Raft snapshots of the revision store: one file, written from a RocksDB snapshot and
-//! read back record by record, so that neither side ever holds it whole in memory.
+//! Raft snapshots of the revision store.
 //!
-//! Layout: the magic `QKSNAP01`, a length-prefixed JSON header (the raft snapshot
-//! meta: last log id and membership), then `(column family, key, value)` records and
-//! an end marker. This module owns that format, building a file and installing one;
-//! it never talks to the network.
+//! Building a snapshot takes a RocksDB checkpoint of the node's database in
+//! `checkpoint-<id>/`: RocksDB flushes the memtables and hard-links the SST files, so a
+//! snapshot every `--snapshot-count` entries costs a flush, not a copy of the store.
+//! Only when raft asks for the current snapshot (to send it to a follower that fell
+//! behind the purged log, or at startup) is the checkpoint exported, once, to the
+//! transfer file `snapshot-<id>.snap`: the magic `QKSNAP01`, a length-prefixed JSON
+//! header (the raft snapshot meta: last log id and membership), then
+//! `(column family, key, value)` records and an end marker. A snapshot received from
+//! the leader is kept as such a file and installed record by record, so that neither
+//! side ever holds a snapshot whole in memory. This module owns the checkpoints, that
+//! format, and which snapshot is current; it never talks to the network.
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use quantykube_raft::SnapshotMeta;
-use rocksdb::{IteratorMode, ReadOptions, WriteBatch};
+use rocksdb::checkpoint::Checkpoint;
+use rocksdb::{IteratorMode, Options, ReadOptions, WriteBatch, DB};
 
 use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_META};
 
@@ -20,8 +28,13 @@ const END: u8 = 0xFF;
 /// Column families carried, by their record tag (the tag is the index).
 const CARRIED: [&str; 3] = [CF_KV, CF_HISTORY, CF_META];
 const INSTALL_BATCH_BYTES: usize = 4 << 20;
+const CHECKPOINT_PREFIX: &str = "checkpoint-";
+const SNAPSHOT_EXTENSION: &str = "snap";
+/// Where a checkpoint is taken before its log id (its name) is known.
+const CHECKPOINT_STAGING: &str = "checkpoint.staging";
 
-/// A snapshot file and the raft position it captures.
+/// A snapshot and the raft position it captures. `path` is its transfer file, which
+/// [`latest_snapshot`] writes on first use when the snapshot is a checkpoint.
 #[derive(Clone, Debug)]
 pub struct SnapshotInfo {
     pub meta: SnapshotMeta,
@@ -49,19 +62,84 @@ fn snapshot_id(meta: &SnapshotMeta) -> String {
     }
 }
 
+fn transfer_file(dir: &Path, meta: &SnapshotMeta) -> PathBuf {
+    dir.join(format!(
+        "snapshot-{}.{SNAPSHOT_EXTENSION}",
+        snapshot_id(meta)
+    ))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn remove_any(path: &Path) -> io::Result<()> {
+    let removed = if path.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+    match removed {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// A checkpoint opened read-only: the store as it was when the checkpoint was taken.
+fn open_checkpoint(path: &Path) -> Result<RevisionStore, StoreError> {
+    let opts = Options::default();
+    let families = DB::list_cf(&opts, path)?;
+    let db = DB::open_cf_for_read_only(&opts, path, families, false)?;
+    RevisionStore::new(Arc::new(db))
+}
+
 impl RevisionStore {
-    /// Writes the store as of now into a new file in `dir` and returns it.
+    /// Captures the store as of now as a checkpoint in `dir`, and removes the snapshots
+    /// it supersedes. The returned transfer file is written when first asked for.
     pub fn build_snapshot(&self, dir: &Path) -> Result<SnapshotInfo, StoreError> {
         std::fs::create_dir_all(dir)?;
-        let snapshot = self.db.snapshot();
-        // The raft position must match the data exactly: read both from one snapshot.
-        let applied = meta::read_applied_at(self, &snapshot)?;
-        let meta = SnapshotMeta {
+        let staging = dir.join(CHECKPOINT_STAGING);
+        remove_any(&staging)?;
+        Checkpoint::new(&self.db)?.create_checkpoint(&staging)?;
+        // Apply goes on while the checkpoint is taken: its own meta says what it holds.
+        let meta = open_checkpoint(&staging)?.snapshot_meta()?;
+        let checkpoint = dir.join(format!("{CHECKPOINT_PREFIX}{}", snapshot_id(&meta)));
+        if checkpoint.exists() {
+            // Nothing was applied since the last snapshot: that one stands.
+            remove_any(&staging)?;
+        } else {
+            std::fs::rename(&staging, &checkpoint)?;
+            sync_dir(dir)?;
+        }
+        let path = transfer_file(dir, &meta);
+        remove_other_snapshots(dir, &[&checkpoint, &path]);
+        tracing::info!(path = %checkpoint.display(), "built snapshot (checkpoint)");
+        Ok(SnapshotInfo { meta, path })
+    }
+
+    /// The raft position of this store's data.
+    fn snapshot_meta(&self) -> Result<SnapshotMeta, StoreError> {
+        self.snapshot_meta_at(&self.db.snapshot())
+    }
+
+    fn snapshot_meta_at(
+        &self,
+        snapshot: &rocksdb::Snapshot<'_>,
+    ) -> Result<SnapshotMeta, StoreError> {
+        let applied = meta::read_applied_at(self, snapshot)?;
+        Ok(SnapshotMeta {
             last_log_id: applied.last_applied,
             last_membership: applied.membership,
-        };
-        let final_path = dir.join(format!("snapshot-{}.snap", snapshot_id(&meta)));
-        let tmp_path = final_path.with_extension("tmp");
+        })
+    }
+
+    /// Writes the store, as of now, to the transfer file `path` (through a temporary
+    /// file, so that `path` is complete whenever it exists).
+    fn export_snapshot(&self, path: &Path) -> Result<SnapshotMeta, StoreError> {
+        let snapshot = self.db.snapshot();
+        // The raft position must match the data exactly: read both from one snapshot.
+        let meta = self.snapshot_meta_at(&snapshot)?;
+        let tmp_path = path.with_extension("tmp");
         let mut out = BufWriter::new(File::create(&tmp_path)?);
         out.write_all(MAGIC)?;
         let header = serde_json::to_vec(&meta).map_err(|e| StoreError::corrupt(e.to_string()))?;
@@ -82,13 +160,9 @@ impl RevisionStore {
         out.write_all(&[END])?;
         let file = out.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
-        std::fs::rename(&tmp_path, &final_path)?;
-        remove_other_snapshots(dir, &final_path);
-        tracing::info!(path = %final_path.display(), "built snapshot");
-        Ok(SnapshotInfo {
-            meta,
-            path: final_path,
-        })
+        std::fs::rename(&tmp_path, path)?;
+        tracing::info!(path = %path.display(), "exported snapshot for transfer");
+        Ok(meta)
     }
 
     /// Replaces the whole store with the snapshot in `path`.
@@ -162,39 +236,69 @@ fn read_header(input: &mut impl Read) -> Result<SnapshotMeta, StoreError> {
     serde_json::from_slice(&header).map_err(|e| StoreError::corrupt(e.to_string()))
 }
 
-/// The newest complete snapshot file in `dir`, if any.
+/// The current snapshot in `dir`: the newest checkpoint or received file. A checkpoint
+/// is exported to its transfer file first, unless that file already exists.
 pub fn latest_snapshot(dir: &Path) -> Result<Option<SnapshotInfo>, StoreError> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(None);
     };
-    let mut best: Option<SnapshotInfo> = None;
+    // (meta, transfer file, checkpoint to export it from if the file is missing)
+    let mut best: Option<(SnapshotMeta, PathBuf, Option<PathBuf>)> = None;
     for entry in entries.flatten() {
         let path = entry.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("snap") {
+        let candidate = if is_transfer_file(&path) {
+            (read_snapshot_meta(&path)?, path, None)
+        } else if is_checkpoint(&path) {
+            let meta = open_checkpoint(&path)?.snapshot_meta()?;
+            (meta.clone(), transfer_file(dir, &meta), Some(path))
+        } else {
             continue;
-        }
-        let meta = read_snapshot_meta(&path)?;
-        if best
-            .as_ref()
-            .is_none_or(|b| b.meta.last_log_id < meta.last_log_id)
-        {
-            best = Some(SnapshotInfo { meta, path });
+        };
+        let newer = best.as_ref().is_none_or(|(meta, _, checkpoint)| {
+            meta.last_log_id < candidate.0.last_log_id
+                // Same position: prefer the file, which needs no export.
+                || (meta.last_log_id == candidate.0.last_log_id
+                    && checkpoint.is_some()
+                    && candidate.2.is_none())
+        });
+        if newer {
+            best = Some(candidate);
         }
     }
-    Ok(best)
+    let Some((meta, path, checkpoint)) = best else {
+        return Ok(None);
+    };
+    if let Some(checkpoint) = checkpoint {
+        if !path.exists() {
+            open_checkpoint(&checkpoint)?.export_snapshot(&path)?;
+        }
+    }
+    Ok(Some(SnapshotInfo { meta, path }))
+}
+
+fn is_transfer_file(path: &Path) -> bool {
+    path.extension().and_then(|e| e.to_str()) == Some(SNAPSHOT_EXTENSION)
+}
+
+fn is_checkpoint(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(CHECKPOINT_PREFIX))
+        && path.is_dir()
 }
 
 /// Older snapshots are superseded; a follower still streaming one keeps its open file.
-fn remove_other_snapshots(dir: &Path, keep: &Path) {
+fn remove_other_snapshots(dir: &Path, keep: &[&Path]) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        if path != keep && path.extension().and_then(|e| e.to_str()) == Some("snap") {
-            if let Err(error) = std::fs::remove_file(&path) {
-                tracing::warn!(path = %path.display(), %error, "could not remove old snapshot");
-            }
+        if keep.contains(&path.as_path()) || !(is_transfer_file(&path) || is_checkpoint(&path)) {
+            continue;
+        }
+        if let Err(error) = remove_any(&path) {
+            tracing::warn!(path = %path.display(), %error, "could not remove old snapshot");
         }
     }
 }
@@ -205,16 +309,14 @@ fn remove_other_snapshots(dir: &Path, keep: &Path) {
 pub fn keep_received_snapshot(dir: &Path, received: &Path) -> Result<PathBuf, StoreError> {
     std::fs::create_dir_all(dir)?;
     let meta = read_snapshot_meta(received)?;
-    let target = dir.join(format!("snapshot-{}.snap", snapshot_id(&meta)));
+    let target = transfer_file(dir, &meta);
     if received != target {
         if std::fs::rename(received, &target).is_err() {
             std::fs::copy(received, &target)?;
             File::open(&target)?.sync_all()?;
         }
-        if let Ok(directory) = File::open(dir) {
-            directory.sync_all()?;
-        }
+        sync_dir(dir)?;
     }
-    remove_other_snapshots(dir, &target);
+    remove_other_snapshots(dir, &[&target]);
     Ok(target)
 }

@@ -450,8 +450,16 @@ fn a_snapshot_reproduces_the_store() {
     h.delete("a", "");
     let dir = tempfile::tempdir().unwrap();
     let info = h.store.build_snapshot(dir.path()).unwrap();
+    // Building takes a checkpoint only; the transfer file is written when asked for.
+    assert!(!info.path.exists());
+    // Writes after the build are not in the snapshot.
+    h.put("c", "3");
+    let exported = latest_snapshot(dir.path()).unwrap().unwrap();
+    assert_eq!(exported.path, info.path);
+    assert_eq!(exported.meta, info.meta);
     let other = Harness::new();
     other.store.install_snapshot(&info.path).unwrap();
+    assert!(other.get("c").is_none());
     assert_eq!(other.store.current_revision().unwrap(), 4);
     assert_eq!(other.get("b").unwrap().mod_revision, 3);
     assert_eq!(
@@ -473,11 +481,53 @@ fn a_snapshot_reproduces_the_store() {
 }
 
 #[test]
+fn a_new_snapshot_supersedes_older_checkpoints_and_files() {
+    let mut h = Harness::new();
+    let dir = tempfile::tempdir().unwrap();
+    h.put("a", "1");
+    let first = h.store.build_snapshot(dir.path()).unwrap();
+    latest_snapshot(dir.path()).unwrap().unwrap();
+    assert!(first.path.exists());
+    h.put("b", "2");
+    let second = h.store.build_snapshot(dir.path()).unwrap();
+    assert!(second.meta.last_log_id > first.meta.last_log_id);
+    // One checkpoint is left, and no transfer file of the first.
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names[0].starts_with("checkpoint-"), "{names:?}");
+    // Building again with nothing applied in between keeps the same snapshot.
+    let again = h.store.build_snapshot(dir.path()).unwrap();
+    assert_eq!(again.meta, second.meta);
+    assert_eq!(
+        latest_snapshot(dir.path()).unwrap().unwrap().meta,
+        second.meta
+    );
+
+    // A newer snapshot received from a leader replaces the checkpoint.
+    let mut leader = Harness::new();
+    for key in ["x", "y", "z", "w"] {
+        leader.put(key, "v");
+    }
+    let leader_dir = tempfile::tempdir().unwrap();
+    leader.store.build_snapshot(leader_dir.path()).unwrap();
+    let received = latest_snapshot(leader_dir.path()).unwrap().unwrap();
+    let current = keep_received_snapshot(dir.path(), &received.path).unwrap();
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(names.len(), 1);
+    let latest = latest_snapshot(dir.path()).unwrap().unwrap();
+    assert_eq!((latest.path, latest.meta), (current, received.meta));
+}
+
+#[test]
 fn an_install_cut_short_claims_nothing_applied_and_keeps_the_snapshot_current() {
     let mut h = Harness::new();
     h.put("a", "1");
     let source_dir = tempfile::tempdir().unwrap();
-    let info = h.store.build_snapshot(source_dir.path()).unwrap();
+    h.store.build_snapshot(source_dir.path()).unwrap();
+    let info = latest_snapshot(source_dir.path()).unwrap().unwrap();
 
     let mut target = Harness::new();
     target.put("old", "x");
