@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
-use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
+use openraft::storage::{ApplyResponder, EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
 use prost::Message;
 use quantykube_raft::{
@@ -21,7 +21,7 @@ use quantykube_raft::{
 
 use crate::offload::Offload;
 use crate::proto::command::Command;
-use crate::store::{RevisionStore, StoreError};
+use crate::store::{ApplyBatch, RevisionStore, StoreError};
 
 /// Applies the log to one node's revision store.
 #[derive(Clone)]
@@ -80,26 +80,39 @@ impl StateMachine {
             .map_err(io::Error::from)
     }
 
-    fn apply_normal(&self, log_id: &LogId, payload: &[u8]) -> Result<CommandOutcome, StoreError> {
+    fn apply_normal(
+        &self,
+        batch: &mut ApplyBatch<'_>,
+        log_id: &LogId,
+        payload: &[u8],
+    ) -> Result<CommandOutcome, StoreError> {
         match Command::decode(payload) {
             Ok(command) => {
                 #[cfg(feature = "planted-bugs")]
                 if crate::planted::is_planted(crate::planted::PlantedBug::DoubleApply {
                     member: self.member,
                 }) {
-                    self.store.apply_command(log_id, &command)?;
+                    batch.command(log_id, &command)?;
                 }
-                let result = self.store.apply_command(log_id, &command)?;
+                let result = batch.command(log_id, &command)?;
                 Ok(CommandOutcome(result.encode_to_vec().into()))
             }
             Err(error) => {
                 // Only our own encoder writes commands; an undecodable one changes nothing
                 // and is answered with an empty outcome on every node alike.
                 tracing::error!(member = self.member, %log_id, %error, "undecodable command in the log");
-                self.store.apply_blank(log_id)?;
+                batch.blank(log_id);
                 Ok(CommandOutcome::default())
             }
         }
+    }
+}
+
+/// Sends each outcome once its batch is written, so that no client hears of a write
+/// that a read on this node cannot see yet.
+fn answer(replies: &mut Vec<(ApplyResponder<TypeConfig>, CommandOutcome)>) {
+    for (responder, outcome) in replies.drain(..) {
+        responder.send(outcome);
     }
 }
 
@@ -119,25 +132,34 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     where
         S: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
     {
+        // One RocksDB write for every entry openraft hands over at once (the store
+        // writes early only past its size bound or where a command needs it).
+        let store = self.store.clone();
+        let mut batch = store.begin_apply()?;
+        let mut replies = Vec::new();
         while let Some(item) = entries.next().await {
             let (entry, responder) = item?;
             let log_id = entry.log_id;
             let outcome = match &entry.payload {
                 EntryPayload::Blank => {
-                    self.store.apply_blank(&log_id)?;
+                    batch.blank(&log_id);
                     CommandOutcome::default()
                 }
-                EntryPayload::Normal(command) => self.apply_normal(&log_id, &command.0)?,
+                EntryPayload::Normal(command) => {
+                    self.apply_normal(&mut batch, &log_id, &command.0)?
+                }
                 EntryPayload::Membership(membership) => {
                     let stored = StoredMembership::new(Some(log_id), membership.clone());
-                    self.store.apply_membership(&log_id, &stored)?;
+                    batch.membership(&log_id, &stored)?;
                     CommandOutcome::default()
                 }
             };
             if let Some(responder) = responder {
-                responder.send(outcome);
+                replies.push((responder, outcome));
             }
         }
+        batch.flush()?;
+        answer(&mut replies);
         Ok(())
     }
 

@@ -24,7 +24,7 @@ use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, Options, DB};
 pub use error::StoreError;
 pub use meta::{read_applied, read_member_attributes, AppliedState};
 pub use snapshot::{keep_received_snapshot, latest_snapshot, SnapshotInfo};
-pub use write::WriteOutcome;
+pub use write::{ApplyBatch, WriteOutcome};
 
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
 

@@ -553,3 +553,205 @@ fn an_install_cut_short_claims_nothing_applied_and_keeps_the_snapshot_current() 
         installed.last_log_id
     );
 }
+
+fn log_id(index: u64) -> LogId {
+    LogId::new(
+        LeaderId {
+            term: 1,
+            node_id: 1,
+        },
+        index,
+    )
+}
+
+/// A deterministic mix of every command shape the apply path distinguishes: puts (some
+/// with `ignore_value`), deletes of one key and of ranges, transactions comparing,
+/// reading (some at an explicit revision), writing and failing, and compactions.
+fn command_mix(seed: u64, count: usize) -> Vec<Command> {
+    let mut state = seed;
+    let mut next = move |n: u64| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) % n
+    };
+    let key = |i: u64| b(&format!("k{i}"));
+    (0..count)
+        .map(|i| {
+            let request = match next(10) {
+                0..=3 => C::Put(PutRequest {
+                    key: key(next(6)),
+                    value: b(&format!("v{i}")),
+                    prev_kv: next(2) == 0,
+                    ignore_value: next(8) == 0,
+                    ..Default::default()
+                }),
+                4 => C::DeleteRange(DeleteRangeRequest {
+                    key: key(next(6)),
+                    range_end: if next(2) == 0 {
+                        Bytes::new()
+                    } else {
+                        key(next(6) + 1)
+                    },
+                    prev_kv: true,
+                }),
+                5..=8 => {
+                    let k = key(next(6));
+                    let read = RangeRequest {
+                        key: key(0),
+                        range_end: b("l"),
+                        revision: if next(3) == 0 { i as i64 / 2 } else { 0 },
+                        ..Default::default()
+                    };
+                    C::Txn(TxnRequest {
+                        compare: vec![compare(
+                            std::str::from_utf8(&k).unwrap(),
+                            CompareTarget::Mod,
+                            CompareResult::Less,
+                            TargetUnion::ModRevision(next(40) as i64),
+                        )],
+                        success: vec![
+                            op(Op::RequestPut(PutRequest {
+                                key: k.clone(),
+                                value: b(&format!("t{i}")),
+                                ..Default::default()
+                            })),
+                            op(Op::RequestDeleteRange(DeleteRangeRequest {
+                                key: key(next(6)),
+                                ..Default::default()
+                            })),
+                            op(Op::RequestRange(read)),
+                            op(Op::RequestPut(PutRequest {
+                                key: k,
+                                ignore_value: next(4) == 0,
+                                ..Default::default()
+                            })),
+                        ],
+                        failure: vec![op(Op::RequestRange(RangeRequest {
+                            key: key(0),
+                            range_end: b("l"),
+                            ..Default::default()
+                        }))],
+                    })
+                }
+                _ => C::Compaction(CompactionRequest {
+                    revision: i as i64 / 3,
+                    ..Default::default()
+                }),
+            };
+            Command {
+                request: Some(request),
+            }
+        })
+        .collect()
+}
+
+/// Everything a client can read: every key at every revision not compacted away.
+fn all_history(store: &RevisionStore) -> Vec<Result<RangeResponse, String>> {
+    let current = store.current_revision().unwrap();
+    (1..=current)
+        .map(|revision| {
+            store
+                .range(&RangeRequest {
+                    key: vec![0].into(),
+                    range_end: vec![0].into(),
+                    revision,
+                    ..Default::default()
+                })
+                .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn a_batch_applies_exactly_as_one_command_at_a_time() {
+    for seed in 1..=20 {
+        let commands = command_mix(seed, 120);
+        let one_by_one = Harness::new();
+        let expected: Vec<_> = commands
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                one_by_one
+                    .store
+                    .apply_command(&log_id(i as u64 + 1), c)
+                    .unwrap()
+            })
+            .collect();
+
+        let batched = Harness::new();
+        let mut batch = batched.store.begin_apply().unwrap();
+        let outcomes: Vec<_> = commands
+            .iter()
+            .enumerate()
+            .map(|(i, c)| batch.command(&log_id(i as u64 + 1), c).unwrap())
+            .collect();
+        batch.flush().unwrap();
+
+        for (i, (got, want)) in outcomes.iter().zip(&expected).enumerate() {
+            assert_eq!(got, want, "seed {seed}, command {i}: {:?}", commands[i]);
+        }
+        assert_eq!(
+            all_history(&batched.store),
+            all_history(&one_by_one.store),
+            "seed {seed}"
+        );
+        assert_eq!(
+            read_applied(&batched.store).unwrap().last_applied,
+            Some(log_id(commands.len() as u64))
+        );
+    }
+}
+
+#[test]
+fn a_batch_is_invisible_until_flushed_and_a_failed_command_keeps_the_rest() {
+    let h = Harness::new();
+    let mut batch = h.store.begin_apply().unwrap();
+    let put = |key: &str| Command {
+        request: Some(C::Put(PutRequest {
+            key: b(key),
+            value: b("v"),
+            ..Default::default()
+        })),
+    };
+    batch.command(&log_id(1), &put("a")).unwrap();
+    batch.command(&log_id(2), &put("b")).unwrap();
+    assert!(h.get("a").is_none());
+    assert_eq!(h.store.current_revision().unwrap(), 1);
+    assert!(read_applied(&h.store).unwrap().last_applied.is_none());
+
+    // Deletes "a" and then needs it: fails after staging, and only its changes go.
+    let failing = Command {
+        request: Some(C::Txn(TxnRequest {
+            success: vec![
+                op(Op::RequestDeleteRange(DeleteRangeRequest {
+                    key: b("a"),
+                    ..Default::default()
+                })),
+                op(Op::RequestPut(PutRequest {
+                    key: b("a"),
+                    ignore_value: true,
+                    ..Default::default()
+                })),
+            ],
+            ..Default::default()
+        })),
+    };
+    let outcome = batch.command(&log_id(3), &failing).unwrap();
+    assert!(matches!(outcome.result, Some(R::Error(_))), "{outcome:?}");
+    batch.command(&log_id(4), &put("c")).unwrap();
+    batch.flush().unwrap();
+    assert_eq!(
+        h.keys(RangeRequest {
+            key: b("a"),
+            range_end: b("z"),
+            ..Default::default()
+        }),
+        ["a", "b", "c"]
+    );
+    assert_eq!(h.store.current_revision().unwrap(), 4);
+    assert_eq!(
+        read_applied(&h.store).unwrap().last_applied,
+        Some(log_id(4))
+    );
+}

@@ -1,11 +1,15 @@
-//! Applying one committed command: the only way the key space changes.
+//! Applying committed commands: the only way the key space changes.
 //!
-//! A [`WriteTxn`] stages every change of one command (a Put, a DeleteRange, a whole
-//! Txn, a Compact) into one RocksDB `WriteBatch` together with the new counters and
-//! the applied log id, so a command is applied entirely or not at all, and applying
-//! it again after a crash is impossible (the log id says it is done). Reads inside the
-//! command see its earlier changes through an overlay. It must never apply a command
-//! out of log order; the state machine guarantees that.
+//! An [`ApplyBatch`] stages the changes of a run of committed commands into one RocksDB
+//! `WriteBatch`, together with the store's counters (kept in memory meanwhile) and the
+//! last applied log id, and writes it in one go when flushed: DESIGN's "one WriteBatch
+//! per applied batch". A crash before the flush loses the whole run and the log replays
+//! it; after it, the log id says it is done, so nothing is applied twice. Each command
+//! runs in a [`WriteTxn`]; reads see the changes staged before them through an overlay
+//! of the latest state of every changed key. A command the overlay cannot serve (a read
+//! at an explicit revision, a compare on a changed key, a put that may fail after
+//! staging, a compaction) starts on a flushed batch instead. It must never apply a
+//! command out of log order; the state machine guarantees that.
 
 use bytes::Bytes;
 use quantykube_raft::{LogId, StoredMembership};
@@ -31,26 +35,43 @@ use crate::proto::mvccpb::KeyValue;
 /// The result of applying a command, as returned to the node that proposed it.
 pub type WriteOutcome = CommandResult;
 
-/// The changes of one command, staged and not yet visible to readers.
+/// Changes staged and not yet visible to readers, with the counters after them.
+struct Staged {
+    batch: WriteBatch,
+    overlay: Overlay,
+    revisions: Revisions,
+}
+
+impl Staged {
+    fn new(revisions: Revisions) -> Self {
+        Staged {
+            batch: WriteBatch::default(),
+            overlay: Overlay::new(),
+            revisions,
+        }
+    }
+}
+
+/// The changes of one command, staged into a [`Staged`] shared with the commands before
+/// it in the batch.
 pub struct WriteTxn<'a> {
     store: &'a RevisionStore,
     reader: Reader<'a>,
+    /// The counters when this command started.
     revisions: Revisions,
-    overlay: Overlay,
+    staged: &'a mut Staged,
     changes: u32,
-    batch: WriteBatch,
 }
 
 impl<'a> WriteTxn<'a> {
-    pub fn new(store: &'a RevisionStore, reader: Reader<'a>) -> Result<Self, StoreError> {
-        Ok(WriteTxn {
-            revisions: reader.revisions()?,
+    fn new(store: &'a RevisionStore, reader: Reader<'a>, staged: &'a mut Staged) -> Self {
+        WriteTxn {
+            revisions: staged.revisions,
             store,
             reader,
-            overlay: Overlay::new(),
+            staged,
             changes: 0,
-            batch: WriteBatch::default(),
-        })
+        }
     }
 
     /// The revision this command's changes get: one per command, as etcd.
@@ -69,7 +90,7 @@ impl<'a> WriteTxn<'a> {
     }
 
     fn latest(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
-        match self.overlay.get(key) {
+        match self.staged.overlay.get(key) {
             Some(state) => Ok(state.clone()),
             None => self.reader.get(key, self.revisions.current),
         }
@@ -81,7 +102,7 @@ impl<'a> WriteTxn<'a> {
             compacted: self.revisions.compacted,
         };
         // A read at an explicit (older) revision cannot see this command's changes.
-        let overlay = (req.revision <= 0).then_some(&self.overlay);
+        let overlay = (req.revision <= 0).then_some(&self.staged.overlay);
         range::range(&self.reader, revisions, req, overlay)
     }
 
@@ -97,7 +118,7 @@ impl<'a> WriteTxn<'a> {
             },
             None => StoredVersion::Tombstone,
         };
-        self.batch.put_cf(
+        self.staged.batch.put_cf(
             self.store.cf(CF_KV)?,
             version_key(&escaped, revision),
             record.encode(),
@@ -106,13 +127,13 @@ impl<'a> WriteTxn<'a> {
             deleted: state.is_none(),
             key: key.to_vec(),
         };
-        self.batch.put_cf(
+        self.staged.batch.put_cf(
             self.store.cf(CF_HISTORY)?,
             history_key(revision, self.changes),
             event.encode(),
         );
         self.changes += 1;
-        self.overlay.insert(key, state);
+        self.staged.overlay.insert(key, state);
         Ok(())
     }
 
@@ -221,21 +242,18 @@ impl<'a> WriteTxn<'a> {
         if req.revision > self.revisions.current {
             return Err(StoreError::FutureRevision);
         }
-        meta::stage_compacted_revision(self.store, &mut self.batch, req.revision)?;
+        meta::stage_compacted_revision(self.store, &mut self.staged.batch, req.revision)?;
+        self.staged.revisions.compacted = req.revision;
         Ok(CompactionResponse {
             header: Some(header(self.revisions.current)),
         })
     }
 
-    /// Commits the staged changes with `log_id` as the last applied entry.
-    fn commit(mut self, log_id: &LogId) -> Result<(), StoreError> {
+    /// Makes this command's changes part of the batch: later commands see its revision.
+    fn finish(self) {
         if self.changes > 0 {
-            let revision = self.pending_revision();
-            meta::stage_current_revision(self.store, &mut self.batch, revision)?;
+            self.staged.revisions.current = self.pending_revision();
         }
-        meta::stage_applied_log_id(self.store, &mut self.batch, log_id)?;
-        self.store.db.write(self.batch)?;
-        Ok(())
     }
 }
 
@@ -259,19 +277,38 @@ fn error_result(error: StoreError) -> Result<CommandResult, StoreError> {
     })
 }
 
-impl RevisionStore {
+/// Staged changes beyond this size are written before the next command is applied, so
+/// that a long run of large commands never holds unbounded memory.
+const FLUSH_BYTES: usize = 4 << 20;
+
+/// A run of committed commands applied as one RocksDB write (see the module docs).
+pub struct ApplyBatch<'s> {
+    store: &'s RevisionStore,
+    staged: Staged,
+    /// The last log id applied into `staged`, written with it.
+    last_log_id: Option<LogId>,
+}
+
+impl<'s> ApplyBatch<'s> {
     /// Applies one committed command. A request that fails identically on every node
     /// (a compacted revision, a missing key...) is its result; any other error means
     /// this node cannot apply the log and must stop.
-    pub fn apply_command(
-        &self,
+    pub fn command(
+        &mut self,
         log_id: &LogId,
         command: &Command,
     ) -> Result<WriteOutcome, StoreError> {
-        let mut txn = WriteTxn::new(self, Reader::live(self))?;
+        let compaction = matches!(&command.request, Some(CommandRequest::Compaction(_)));
+        let fresh = compaction || self.needs_fresh_start(command);
+        if fresh || self.staged.batch.size_in_bytes() >= FLUSH_BYTES {
+            self.flush()?;
+        }
+        let staged_before = self.staged.batch.len();
+        let store = self.store;
+        let mut txn = WriteTxn::new(store, Reader::live(store), &mut self.staged);
         let applied = match &command.request {
             Some(CommandRequest::Put(p)) => {
-                if p.lease != 0 && !self.lease_exists(p.lease) {
+                if p.lease != 0 && !store.lease_exists(p.lease) {
                     Err(StoreError::LeaseNotFound)
                 } else {
                     txn.put(p).map(CommandResultKind::Put)
@@ -285,56 +322,140 @@ impl RevisionStore {
                 txn.compact(c).map(CommandResultKind::Compaction)
             }
             Some(CommandRequest::PublishMember(attributes)) => {
-                meta::stage_member_attributes(self, &mut txn.batch, attributes)
+                meta::stage_member_attributes(store, &mut txn.staged.batch, attributes)
                     .map(|()| CommandResultKind::PublishMember(PublishMemberResult {}))
             }
             None => Err(StoreError::corrupt("empty command")),
         };
-        let compact_to = match &command.request {
-            Some(CommandRequest::Compaction(c)) if applied.is_ok() => Some(c.revision),
-            _ => None,
-        };
         let outcome = match applied {
             Ok(result) => {
-                txn.commit(log_id)?;
+                txn.finish();
                 CommandResult {
                     result: Some(result),
                 }
             }
             Err(error) => {
                 let outcome = error_result(error)?;
-                // The command failed as a whole: only its log id is recorded.
-                WriteTxn::new(self, Reader::live(self))?.commit(log_id)?;
+                // The command failed as a whole: it changes nothing.
+                if self.staged.batch.len() != staged_before {
+                    if !fresh {
+                        return Err(StoreError::corrupt(
+                            "a command that cannot fail after staging did",
+                        ));
+                    }
+                    // It started on an empty batch, so what is staged is its alone.
+                    self.staged = Staged::new(self.staged.revisions);
+                    if compaction {
+                        return Err(StoreError::corrupt("a failed compaction staged changes"));
+                    }
+                }
                 outcome
             }
         };
-        if let Some(revision) = compact_to {
-            compaction::compact_physically(self, revision)?;
+        self.last_log_id = Some(*log_id);
+        if let (true, Some(CommandRequest::Compaction(c))) = (compaction, &command.request) {
+            if matches!(outcome.result, Some(CommandResultKind::Compaction(_))) {
+                self.flush()?;
+                compaction::compact_physically(store, c.revision)?;
+            }
         }
         Ok(outcome)
     }
 
+    /// True when `command` must see the store written: its reads are ones the overlay
+    /// cannot serve, or it may fail after staging changes (which must then be dropped
+    /// alone).
+    fn needs_fresh_start(&self, command: &Command) -> bool {
+        match &command.request {
+            Some(CommandRequest::Txn(t)) => txn_needs_fresh_start(t, &self.staged.overlay),
+            _ => false,
+        }
+    }
+
     /// Records an entry that changes no key (a leader's blank entry).
-    pub fn apply_blank(&self, log_id: &LogId) -> Result<(), StoreError> {
-        WriteTxn::new(self, Reader::live(self))?.commit(log_id)
+    pub fn blank(&mut self, log_id: &LogId) {
+        self.last_log_id = Some(*log_id);
     }
 
     /// Records a membership change entry.
-    pub fn apply_membership(
-        &self,
+    pub fn membership(
+        &mut self,
         log_id: &LogId,
         membership: &StoredMembership,
     ) -> Result<(), StoreError> {
-        let mut txn = WriteTxn::new(self, Reader::live(self))?;
-        meta::stage_membership(self, &mut txn.batch, membership)?;
-        txn.commit(log_id)
+        meta::stage_membership(self.store, &mut self.staged.batch, membership)?;
+        self.last_log_id = Some(*log_id);
+        Ok(())
+    }
+
+    /// Writes everything staged, with the counters and the last applied log id, in one
+    /// RocksDB write. Readers see it from here on.
+    pub fn flush(&mut self) -> Result<(), StoreError> {
+        let Some(log_id) = self.last_log_id.take() else {
+            return Ok(());
+        };
+        let revisions = self.staged.revisions;
+        let mut staged = std::mem::replace(&mut self.staged, Staged::new(revisions));
+        meta::stage_current_revision(self.store, &mut staged.batch, staged.revisions.current)?;
+        meta::stage_applied_log_id(self.store, &mut staged.batch, &log_id)?;
+        self.store.db.write(staged.batch)?;
+        Ok(())
+    }
+}
+
+/// A transaction needs the store written first when it reads at an explicit revision
+/// (the overlay holds only the latest state), compares a key a staged command changed
+/// (compares read the store), or puts with `ignore_value`/`ignore_lease` (which can fail
+/// after earlier operations of the transaction were staged).
+fn txn_needs_fresh_start(txn: &TxnRequest, overlay: &Overlay) -> bool {
+    let touches = |key: &[u8], range_end: &[u8]| {
+        overlay
+            .range::<[u8], _>((std::ops::Bound::Included(key), std::ops::Bound::Unbounded))
+            .next()
+            .is_some_and(|(k, _)| range::in_range(k, key, range_end))
+    };
+    txn.compare.iter().any(|c| touches(&c.key, &c.range_end))
+        || txn
+            .success
+            .iter()
+            .chain(&txn.failure)
+            .any(|op| match &op.request {
+                Some(Request::RequestRange(r)) => r.revision != 0,
+                Some(Request::RequestPut(p)) => p.ignore_value || p.ignore_lease,
+                Some(Request::RequestTxn(nested)) => txn_needs_fresh_start(nested, overlay),
+                _ => false,
+            })
+}
+
+impl RevisionStore {
+    /// Starts applying a run of committed commands; nothing is visible until
+    /// [`ApplyBatch::flush`].
+    pub fn begin_apply(&self) -> Result<ApplyBatch<'_>, StoreError> {
+        Ok(ApplyBatch {
+            store: self,
+            staged: Staged::new(Reader::live(self).revisions()?),
+            last_log_id: None,
+        })
+    }
+
+    /// Applies one committed command on its own (see [`ApplyBatch::command`]).
+    pub fn apply_command(
+        &self,
+        log_id: &LogId,
+        command: &Command,
+    ) -> Result<WriteOutcome, StoreError> {
+        let mut batch = self.begin_apply()?;
+        let outcome = batch.command(log_id, command)?;
+        batch.flush()?;
+        Ok(outcome)
     }
 
     /// A read-only transaction, answered from one snapshot without the log.
     pub fn read_only_txn(&self, req: &TxnRequest) -> Result<TxnResponse, StoreError> {
         let snapshot = self.db.snapshot();
-        let mut txn = WriteTxn::new(self, Reader::new(self, &snapshot))?;
-        txn.txn(req)
+        let reader = Reader::new(self, &snapshot);
+        let mut nothing_staged = Staged::new(reader.revisions()?);
+        WriteTxn::new(self, reader, &mut nothing_staged).txn(req)
     }
 
     /// No lease exists until the lessor grants leases; every non-zero lease is unknown.
