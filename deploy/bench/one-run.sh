@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One workload against a fresh three-member QuantyKube cluster on loopback, optionally
+# profiled: the quick loop for trying a change (build both binaries, run each in turn).
+# Prints one line: workload, throughput, p50 and p99 in ms, errors.
+#
+# Usage: deploy/bench/one-run.sh                       # put x100 for 20 s, release binary
+#        QK=/path/to/quantykube WORKLOAD=txn-cas deploy/bench/one-run.sh
+#        PERF=1 deploy/bench/one-run.sh                # + perf record of all members
+#        TOTAL=400000 deploy/bench/one-run.sh          # load that many distinct keys instead
+# Env: QK (binary; default the release build), WORKLOAD (put | txn-cas), DURATION (20s),
+#      TOTAL, PERF (writes $PERF_DATA, default /var/tmp/qk-perf.data), QKFLAGS (extra
+#      server flags). Writes go to the leader, as in compare.sh.
+set -euo pipefail
+QK=${QK:-${CARGO_TARGET_DIR:-/var/tmp/quantykube-target}/release/quantykube}
+DURATION=${DURATION:-20s}
+WORKLOAD=${WORKLOAD:-put}
+WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-one-run.XXXXXX")
+ENDPOINTS=127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379
+pids=()
+cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT INT TERM
+
+cluster="m1=http://127.0.0.1:12380,m2=http://127.0.0.1:22380,m3=http://127.0.0.1:32380"
+for i in 1 2 3; do
+  # shellcheck disable=SC2086 # QKFLAGS is a list of flags
+  "$QK" --name "m$i" --data-dir "$WORK/m$i" \
+    --listen-client-urls "http://127.0.0.1:${i}2379" --advertise-client-urls "http://127.0.0.1:${i}2379" \
+    --listen-peer-urls "http://127.0.0.1:${i}2380" --initial-advertise-peer-urls "http://127.0.0.1:${i}2380" \
+    --initial-cluster "$cluster" --initial-cluster-state new --quota-backend-bytes 8589934592 \
+    ${QKFLAGS:-} >"$WORK/m$i.log" 2>&1 &
+  pids+=($!)
+done
+for _ in $(seq 150); do
+  "$QK" bench put --endpoints "$ENDPOINTS" --total 1 --clients 1 --output json >/dev/null 2>&1 && break
+  sleep 0.2
+done
+
+common=(--key-size 8 --val-size 256 --clients 100 --conns 10 --endpoints "$ENDPOINTS" --output json)
+case $WORKLOAD in
+  put)
+    if [ -n "${TOTAL:-}" ]; then amount=(--total "$TOTAL" --sequential-keys --key-space-size "$TOTAL")
+    else amount=(--duration "$DURATION" --key-space-size 100000); fi
+    args=(put "${amount[@]}" --target-leader) ;;
+  txn-cas)
+    "$QK" bench put --total 1000 --key-space-size 1000 --sequential-keys "${common[@]}" >/dev/null
+    args=(txn-cas --duration "$DURATION" --key-space-size 1000) ;;
+  *) echo "unknown WORKLOAD $WORKLOAD" >&2; exit 2 ;;
+esac
+
+perf_pid=""
+if [ -n "${PERF:-}" ]; then
+  perf record -e cpu-clock -F 499 -g -o "${PERF_DATA:-/var/tmp/qk-perf.data}" \
+    -p "$(IFS=,; echo "${pids[*]}")" -- sleep 12 >/dev/null 2>&1 &
+  perf_pid=$!
+fi
+"$QK" bench "${args[@]}" "${common[@]}" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(d["workload"], round(d["throughput"]), "ops/s  p50", d["latency_ms"]["p50"],
+      "ms  p99", d["latency_ms"]["p99"], "ms  errors", d["errors_total"])'
+if [ -n "$perf_pid" ]; then wait "$perf_pid"; fi
