@@ -288,13 +288,19 @@ fn is_checkpoint(path: &Path) -> bool {
 }
 
 /// Older snapshots are superseded; a follower still streaming one keeps its open file.
+/// Runs under the state machine's snapshot lock, so nothing here is being written.
 fn remove_other_snapshots(dir: &Path, keep: &[&Path]) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        if keep.contains(&path.as_path()) || !(is_transfer_file(&path) || is_checkpoint(&path)) {
+        // Also whatever a crash left half-written (`*.tmp`, the checkpoint staging dir).
+        let leftover = path.extension().and_then(|e| e.to_str()) == Some("tmp")
+            || path.file_name().and_then(|n| n.to_str()) == Some(CHECKPOINT_STAGING);
+        if keep.contains(&path.as_path())
+            || !(is_transfer_file(&path) || is_checkpoint(&path) || leftover)
+        {
             continue;
         }
         if let Err(error) = remove_any(&path) {
