@@ -427,9 +427,11 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     let log_store = LogStore::with_syncer(db.clone(), syncer)?;
     let channels = PeerChannels::new(environment.dialer.clone(), DialOptions::default());
     let network = PeerNetworkFactory::new(id, channels.clone());
+    let snapshot_exports = state_machine.snapshot_exports();
     let raft = Raft::new(id, raft_config.clone(), network, log_store, state_machine)
         .await
         .map_err(|e| NodeError::Raft(e.to_string()))?;
+    snapshot_exports.store(true, std::sync::atomic::Ordering::Release);
 
     let fresh = raft
         .is_initialized()

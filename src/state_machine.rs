@@ -8,6 +8,7 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
@@ -33,6 +34,8 @@ pub struct StateMachine {
     /// a task of its own while raft may ask for the current snapshot or install one,
     /// and none may remove what another is opening.
     snapshot_dir_lock: Arc<Mutex<()>>,
+    /// Set once raft runs (see [`StateMachine::snapshot_exports`]).
+    snapshot_exports: Arc<AtomicBool>,
     offload: Offload,
 }
 
@@ -48,8 +51,17 @@ impl StateMachine {
             store,
             snapshot_dir,
             snapshot_dir_lock: Arc::default(),
+            snapshot_exports: Arc::default(),
             offload,
         }
+    }
+
+    /// The switch to set once `Raft::new` returned. openraft asks for the current
+    /// snapshot while it starts, for its meta only; from then on, an ask means a send to
+    /// a follower. A checkpoint is exported to its transfer file only then, so a restart
+    /// never copies the store.
+    pub fn snapshot_exports(&self) -> Arc<AtomicBool> {
+        self.snapshot_exports.clone()
     }
 
     /// Runs blocking work on the snapshot directory, alone.
@@ -186,7 +198,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        let latest = self.in_snapshot_dir(crate::store::latest_snapshot).await?;
+        let export = self.snapshot_exports.load(Ordering::Acquire);
+        let latest = self
+            .in_snapshot_dir(move |dir| crate::store::latest_snapshot(dir, export))
+            .await?;
         Ok(latest.map(|info| Snapshot {
             meta: info.meta,
             snapshot: SnapshotFile { path: info.path },

@@ -3,8 +3,8 @@
 //! Building a snapshot takes a RocksDB checkpoint of the node's database in
 //! `checkpoint-<id>/`: RocksDB flushes the memtables and hard-links the SST files, so a
 //! snapshot every `--snapshot-count` entries costs a flush, not a copy of the store.
-//! Only when raft asks for the current snapshot (to send it to a follower that fell
-//! behind the purged log, or at startup) is the checkpoint exported, once, to the
+//! Only when raft asks for the current snapshot to send it to a follower that fell
+//! behind the purged log is the checkpoint exported, once, to the
 //! transfer file `snapshot-<id>.snap`: the magic `QKSNAP01`, a length-prefixed JSON
 //! header (the raft snapshot meta: last log id and membership), then
 //! `(column family, key, value)` records and an end marker. A snapshot received from
@@ -100,6 +100,9 @@ impl RevisionStore {
         std::fs::create_dir_all(dir)?;
         let staging = dir.join(CHECKPOINT_STAGING);
         remove_any(&staging)?;
+        // `create_checkpoint` flushes the memtables first (log size for flush 0), so the
+        // store on disk is never behind its checkpoint, even after a crash: which is why
+        // only a send to a follower ever needs the checkpoint's data (`latest_snapshot`).
         Checkpoint::new(&self.db)?.create_checkpoint(&staging)?;
         // Apply goes on while the checkpoint is taken: its own meta says what it holds.
         let meta = open_checkpoint(&staging)?.snapshot_meta()?;
@@ -236,9 +239,11 @@ fn read_header(input: &mut impl Read) -> Result<SnapshotMeta, StoreError> {
     serde_json::from_slice(&header).map_err(|e| StoreError::corrupt(e.to_string()))
 }
 
-/// The current snapshot in `dir`: the newest checkpoint or received file. A checkpoint
-/// is exported to its transfer file first, unless that file already exists.
-pub fn latest_snapshot(dir: &Path) -> Result<Option<SnapshotInfo>, StoreError> {
+/// The current snapshot in `dir`: the newest checkpoint or received file. With `export`,
+/// a checkpoint is exported to its transfer file first, unless that file exists; without
+/// it, only the meta is right and the returned path may not exist yet. A checkpoint is
+/// never ahead of the store it was taken from, so only a send needs its file.
+pub fn latest_snapshot(dir: &Path, export: bool) -> Result<Option<SnapshotInfo>, StoreError> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(None);
     };
@@ -268,7 +273,7 @@ pub fn latest_snapshot(dir: &Path) -> Result<Option<SnapshotInfo>, StoreError> {
     let Some((meta, path, checkpoint)) = best else {
         return Ok(None);
     };
-    if let Some(checkpoint) = checkpoint {
+    if let (Some(checkpoint), true) = (checkpoint, export) {
         if !path.exists() {
             open_checkpoint(&checkpoint)?.export_snapshot(&path)?;
         }

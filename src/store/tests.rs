@@ -454,7 +454,11 @@ fn a_snapshot_reproduces_the_store() {
     assert!(!info.path.exists());
     // Writes after the build are not in the snapshot.
     h.put("c", "3");
-    let exported = latest_snapshot(dir.path()).unwrap().unwrap();
+    // Asked for its meta only (as at startup), the checkpoint is not copied.
+    let meta_only = latest_snapshot(dir.path(), false).unwrap().unwrap();
+    assert_eq!((&meta_only.path, &meta_only.meta), (&info.path, &info.meta));
+    assert!(!info.path.exists());
+    let exported = latest_snapshot(dir.path(), true).unwrap().unwrap();
     assert_eq!(exported.path, info.path);
     assert_eq!(exported.meta, info.meta);
     let other = Harness::new();
@@ -475,7 +479,7 @@ fn a_snapshot_reproduces_the_store() {
         b("1")
     );
     assert_eq!(
-        latest_snapshot(dir.path()).unwrap().unwrap().path,
+        latest_snapshot(dir.path(), true).unwrap().unwrap().path,
         info.path
     );
 }
@@ -486,7 +490,7 @@ fn a_new_snapshot_supersedes_older_checkpoints_and_files() {
     let dir = tempfile::tempdir().unwrap();
     h.put("a", "1");
     let first = h.store.build_snapshot(dir.path()).unwrap();
-    latest_snapshot(dir.path()).unwrap().unwrap();
+    latest_snapshot(dir.path(), true).unwrap().unwrap();
     assert!(first.path.exists());
     h.put("b", "2");
     // What a crash in the middle of an export leaves behind.
@@ -504,7 +508,7 @@ fn a_new_snapshot_supersedes_older_checkpoints_and_files() {
     let again = h.store.build_snapshot(dir.path()).unwrap();
     assert_eq!(again.meta, second.meta);
     assert_eq!(
-        latest_snapshot(dir.path()).unwrap().unwrap().meta,
+        latest_snapshot(dir.path(), true).unwrap().unwrap().meta,
         second.meta
     );
 
@@ -515,11 +519,11 @@ fn a_new_snapshot_supersedes_older_checkpoints_and_files() {
     }
     let leader_dir = tempfile::tempdir().unwrap();
     leader.store.build_snapshot(leader_dir.path()).unwrap();
-    let received = latest_snapshot(leader_dir.path()).unwrap().unwrap();
+    let received = latest_snapshot(leader_dir.path(), true).unwrap().unwrap();
     let current = keep_received_snapshot(dir.path(), &received.path).unwrap();
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(names.len(), 1);
-    let latest = latest_snapshot(dir.path()).unwrap().unwrap();
+    let latest = latest_snapshot(dir.path(), true).unwrap().unwrap();
     assert_eq!((latest.path, latest.meta), (current, received.meta));
 }
 
@@ -529,7 +533,7 @@ fn an_install_cut_short_claims_nothing_applied_and_keeps_the_snapshot_current() 
     h.put("a", "1");
     let source_dir = tempfile::tempdir().unwrap();
     h.store.build_snapshot(source_dir.path()).unwrap();
-    let info = latest_snapshot(source_dir.path()).unwrap().unwrap();
+    let info = latest_snapshot(source_dir.path(), true).unwrap().unwrap();
 
     let mut target = Harness::new();
     target.put("old", "x");
@@ -537,7 +541,10 @@ fn an_install_cut_short_claims_nothing_applied_and_keeps_the_snapshot_current() 
     let target_dir = tempfile::tempdir().unwrap();
     let current = keep_received_snapshot(target_dir.path(), &info.path).unwrap();
     assert_eq!(
-        latest_snapshot(target_dir.path()).unwrap().unwrap().path,
+        latest_snapshot(target_dir.path(), true)
+            .unwrap()
+            .unwrap()
+            .path,
         current
     );
     // The first step of an install, then a crash: nothing applied is claimed, so
