@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
-use openraft::storage::{ApplyResponder, EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
+use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
 use prost::Message;
 use quantykube_raft::{
@@ -120,14 +120,6 @@ impl StateMachine {
     }
 }
 
-/// Sends each outcome once its batch is written, so that no client hears of a write
-/// that a read on this node cannot see yet.
-fn answer(replies: &mut Vec<(ApplyResponder<TypeConfig>, CommandOutcome)>) {
-    for (responder, outcome) in replies.drain(..) {
-        responder.send(outcome);
-    }
-}
-
 impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotData = SnapshotFile;
     type SnapshotBuilder = StateMachine;
@@ -171,7 +163,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
         }
         batch.flush()?;
-        answer(&mut replies);
+        // Only now, so that no client hears of a write a read on this node cannot see.
+        for (responder, outcome) in replies {
+            responder.send(outcome);
+        }
         Ok(())
     }
 

@@ -249,24 +249,22 @@ pub fn latest_snapshot(dir: &Path, export: bool) -> Result<Option<SnapshotInfo>,
     };
     // (meta, transfer file, checkpoint to export it from if the file is missing)
     let mut best: Option<(SnapshotMeta, PathBuf, Option<PathBuf>)> = None;
+    // Newest first; at one position, the file, which needs no export.
+    let rank = |(meta, _, checkpoint): &(SnapshotMeta, PathBuf, Option<PathBuf>)| {
+        (meta.last_log_id, checkpoint.is_none())
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         let candidate = if is_transfer_file(&path) {
             (read_snapshot_meta(&path)?, path, None)
         } else if is_checkpoint(&path) {
             let meta = open_checkpoint(&path)?.snapshot_meta()?;
-            (meta.clone(), transfer_file(dir, &meta), Some(path))
+            let file = transfer_file(dir, &meta);
+            (meta, file, Some(path))
         } else {
             continue;
         };
-        let newer = best.as_ref().is_none_or(|(meta, _, checkpoint)| {
-            meta.last_log_id < candidate.0.last_log_id
-                // Same position: prefer the file, which needs no export.
-                || (meta.last_log_id == candidate.0.last_log_id
-                    && checkpoint.is_some()
-                    && candidate.2.is_none())
-        });
-        if newer {
+        if best.as_ref().is_none_or(|b| rank(b) < rank(&candidate)) {
             best = Some(candidate);
         }
     }
@@ -292,6 +290,12 @@ fn is_checkpoint(path: &Path) -> bool {
         && path.is_dir()
 }
 
+/// What a crash left half-written: an export's `*.tmp`, the checkpoint staging dir.
+fn is_leftover(path: &Path) -> bool {
+    path.extension().and_then(|e| e.to_str()) == Some("tmp")
+        || path.file_name().and_then(|n| n.to_str()) == Some(CHECKPOINT_STAGING)
+}
+
 /// Older snapshots are superseded; a follower still streaming one keeps its open file.
 /// Runs under the state machine's snapshot lock, so nothing here is being written.
 fn remove_other_snapshots(dir: &Path, keep: &[&Path]) {
@@ -300,11 +304,8 @@ fn remove_other_snapshots(dir: &Path, keep: &[&Path]) {
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        // Also whatever a crash left half-written (`*.tmp`, the checkpoint staging dir).
-        let leftover = path.extension().and_then(|e| e.to_str()) == Some("tmp")
-            || path.file_name().and_then(|n| n.to_str()) == Some(CHECKPOINT_STAGING);
         if keep.contains(&path.as_path())
-            || !(is_transfer_file(&path) || is_checkpoint(&path) || leftover)
+            || !(is_transfer_file(&path) || is_checkpoint(&path) || is_leftover(&path))
         {
             continue;
         }

@@ -46,8 +46,7 @@ impl Harness {
         let command = Command {
             request: Some(request),
         };
-        self.store
-            .apply_command(&log_id, &command)
+        apply_alone(&self.store, &log_id, &command)
             .unwrap()
             .result
             .unwrap()
@@ -98,6 +97,18 @@ impl Harness {
             .map(|kv| String::from_utf8(kv.key.to_vec()).unwrap())
             .collect()
     }
+}
+
+/// One command applied and written on its own: a batch of one.
+fn apply_alone(
+    store: &RevisionStore,
+    log_id: &LogId,
+    command: &Command,
+) -> Result<WriteOutcome, StoreError> {
+    let mut batch = store.begin_apply()?;
+    let outcome = batch.command(log_id, command)?;
+    batch.flush()?;
+    Ok(outcome)
 }
 
 fn b(s: &str) -> Bytes {
@@ -680,12 +691,7 @@ fn a_batch_applies_exactly_as_one_command_at_a_time() {
         let expected: Vec<_> = commands
             .iter()
             .enumerate()
-            .map(|(i, c)| {
-                one_by_one
-                    .store
-                    .apply_command(&log_id(i as u64 + 1), c)
-                    .unwrap()
-            })
+            .map(|(i, c)| apply_alone(&one_by_one.store, &log_id(i as u64 + 1), c).unwrap())
             .collect();
 
         let batched = Harness::new();

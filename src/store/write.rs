@@ -298,13 +298,13 @@ impl<'s> ApplyBatch<'s> {
         log_id: &LogId,
         command: &Command,
     ) -> Result<WriteOutcome, StoreError> {
-        let compaction = matches!(&command.request, Some(CommandRequest::Compaction(_)));
-        let fresh = compaction || self.needs_fresh_start(command);
+        let fresh = self.needs_fresh_start(command);
         if fresh || self.staged.batch.size_in_bytes() >= FLUSH_BYTES {
             self.flush()?;
         }
         let staged_before = self.staged.batch.len();
         let store = self.store;
+        let mut compact_to = None;
         let mut txn = WriteTxn::new(store, Reader::live(store), &mut self.staged);
         let applied = match &command.request {
             Some(CommandRequest::Put(p)) => {
@@ -318,9 +318,10 @@ impl<'s> ApplyBatch<'s> {
                 txn.delete_range(d).map(CommandResultKind::DeleteRange)
             }
             Some(CommandRequest::Txn(t)) => txn.txn(t).map(CommandResultKind::Txn),
-            Some(CommandRequest::Compaction(c)) => {
-                txn.compact(c).map(CommandResultKind::Compaction)
-            }
+            Some(CommandRequest::Compaction(c)) => txn.compact(c).map(|response| {
+                compact_to = Some(c.revision);
+                CommandResultKind::Compaction(response)
+            }),
             Some(CommandRequest::PublishMember(attributes)) => {
                 meta::stage_member_attributes(store, &mut txn.staged.batch, attributes)
                     .map(|()| CommandResultKind::PublishMember(PublishMemberResult {}))
@@ -345,29 +346,26 @@ impl<'s> ApplyBatch<'s> {
                     }
                     // It started on an empty batch, so what is staged is its alone.
                     self.staged = Staged::new(self.staged.revisions);
-                    if compaction {
-                        return Err(StoreError::corrupt("a failed compaction staged changes"));
-                    }
                 }
                 outcome
             }
         };
         self.last_log_id = Some(*log_id);
-        if let (true, Some(CommandRequest::Compaction(c))) = (compaction, &command.request) {
-            if matches!(outcome.result, Some(CommandResultKind::Compaction(_))) {
-                self.flush()?;
-                compaction::compact_physically(store, c.revision)?;
-            }
+        if let Some(revision) = compact_to {
+            // Physical compaction reads and deletes what the store holds: write first.
+            self.flush()?;
+            compaction::compact_physically(store, revision)?;
         }
         Ok(outcome)
     }
 
     /// True when `command` must see the store written: its reads are ones the overlay
     /// cannot serve, or it may fail after staging changes (which must then be dropped
-    /// alone).
+    /// alone). A compaction always starts and ends on a written store.
     fn needs_fresh_start(&self, command: &Command) -> bool {
         match &command.request {
             Some(CommandRequest::Txn(t)) => txn_needs_fresh_start(t, &self.staged.overlay),
+            Some(CommandRequest::Compaction(_)) => true,
             _ => false,
         }
     }
@@ -436,18 +434,6 @@ impl RevisionStore {
             staged: Staged::new(Reader::live(self).revisions()?),
             last_log_id: None,
         })
-    }
-
-    /// Applies one committed command on its own (see [`ApplyBatch::command`]).
-    pub fn apply_command(
-        &self,
-        log_id: &LogId,
-        command: &Command,
-    ) -> Result<WriteOutcome, StoreError> {
-        let mut batch = self.begin_apply()?;
-        let outcome = batch.command(log_id, command)?;
-        batch.flush()?;
-        Ok(outcome)
     }
 
     /// A read-only transaction, answered from one snapshot without the log.
