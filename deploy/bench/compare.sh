@@ -51,12 +51,26 @@ stop_cluster() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || t
 
 wanted() { [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $1 "* ]]; }
 
+# CPU time (user + system, in clock ticks) the cluster's members have used so far.
+cpu_ticks() {
+  local p total=0
+  for p in "${pids[@]}"; do
+    # Fields 14 and 15 of /proc/PID/stat, counted after the ")" that ends the name.
+    total=$((total + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+  done
+  echo "$total"
+}
+
 bench() { # $1 = system, $2 = run name, rest = bench arguments
-  local system=$1 run=$2; shift 2
+  local system=$1 run=$2 before; shift 2
   wanted "$run" || [ "$run" = preload ] || return 0
   echo "  $run: quantykube bench $*" >&2
+  before=$(cpu_ticks)
   "$QK" bench "$@" --endpoints "$ENDPOINTS" --output json >"$OUT/$system-$run.json" \
     2>"$OUT/$system-$run.err" || echo "  ($run exited with $?; see $OUT/$system-$run.err)" >&2
+  # The servers' CPU seconds during the run: with the cores saturated, CPU per
+  # operation is what bounds throughput.
+  echo "$(( $(cpu_ticks) - before )) $(getconf CLK_TCK)" | awk '{print $1 / $2}' >"$OUT/$system-$run.cpu"
   printf '%s\n' "$*" >"$OUT/$system-$run.cmd"
 }
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# One workload against a fresh three-member QuantyKube cluster on loopback, optionally
-# profiled: the quick loop for trying a change (build both binaries, run each in turn).
-# Prints one line: workload, throughput, p50 and p99 in ms, errors.
+# One workload against a fresh three-member QuantyKube (or etcd) cluster on loopback,
+# optionally profiled: the quick loop for trying a change (build both binaries, run each
+# in turn). Prints one line: workload, throughput, p50 and p99 in ms, errors, and the
+# members' CPU time per operation (all three together).
 #
 # Usage: deploy/bench/one-run.sh                       # put x100 for 20 s, release binary
 #        QK=/path/to/quantykube WORKLOAD=txn-cas deploy/bench/one-run.sh
 #        PERF=1 deploy/bench/one-run.sh                # + perf record of all members
 #        TOTAL=400000 deploy/bench/one-run.sh          # load that many distinct keys instead
-# Env: QK (binary; default the release build), WORKLOAD (put | txn-cas), DURATION (20s),
+#        SERVER=$(command -v etcd) deploy/bench/one-run.sh   # the same against etcd
+# Env: QK (bench client and, unless SERVER is set, the server; default the release
+#      build), SERVER, WORKLOAD (put | txn-cas), DURATION (20s),
 #      TOTAL, PERF (writes $PERF_DATA, default /var/tmp/qk-perf.data), QKFLAGS (extra
 #      server flags). Writes go to the leader, as in compare.sh.
 set -euo pipefail
@@ -23,7 +26,7 @@ trap cleanup EXIT INT TERM
 cluster="m1=http://127.0.0.1:12380,m2=http://127.0.0.1:22380,m3=http://127.0.0.1:32380"
 for i in 1 2 3; do
   # shellcheck disable=SC2086 # QKFLAGS is a list of flags
-  "$QK" --name "m$i" --data-dir "$WORK/m$i" \
+  "${SERVER:-$QK}" --name "m$i" --data-dir "$WORK/m$i" \
     --listen-client-urls "http://127.0.0.1:${i}2379" --advertise-client-urls "http://127.0.0.1:${i}2379" \
     --listen-peer-urls "http://127.0.0.1:${i}2380" --initial-advertise-peer-urls "http://127.0.0.1:${i}2380" \
     --initial-cluster "$cluster" --initial-cluster-state new --quota-backend-bytes 8589934592 \
@@ -53,9 +56,27 @@ if [ -n "${PERF:-}" ]; then
     -p "$(IFS=,; echo "${pids[*]}")" -- sleep 12 >/dev/null 2>&1 &
   perf_pid=$!
 fi
-"$QK" bench "${args[@]}" "${common[@]}" | python3 -c '
-import json, sys
+cpu_ticks() { # "user system" clock ticks of the members so far (fields 14, 15 of stat)
+  local p
+  for p in "${pids[@]}"; do sed 's/.*) //' "/proc/$p/stat"; done | awk '{u += $12; s += $13} END {print u, s}'
+}
+# User + system seconds of the waited-for children (the bench clients), from the
+# `times` builtin, which must run in this shell (not in a $(...) subshell).
+children_cpu_s() {
+  tail -n1 "$1" | awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); s += t[1] * 60 + t[2] } print s }'
+}
+before=$(cpu_ticks)
+times >"$WORK/times.before"
+"$QK" bench "${args[@]}" "${common[@]}" >"$WORK/result.json"
+times >"$WORK/times.after"
+SERVER_S=$(echo "$(cpu_ticks) $before $(getconf CLK_TCK)" | awk '{print ($1 - $3) / $5, ($2 - $4) / $5}') \
+CLIENT_S=$(echo "$(children_cpu_s "$WORK/times.after") $(children_cpu_s "$WORK/times.before")" | awk '{print $1 - $2}') python3 -c '
+import json, os, sys
 d = json.load(sys.stdin)
+per_op = lambda s: round(s * 1e6 / max(d["operations"], 1))
+user, system = map(float, os.environ["SERVER_S"].split())
 print(d["workload"], round(d["throughput"]), "ops/s  p50", d["latency_ms"]["p50"],
-      "ms  p99", d["latency_ms"]["p99"], "ms  errors", d["errors_total"])'
+      "ms  p99", d["latency_ms"]["p99"], "ms  errors", d["errors_total"],
+      " CPU/op: servers", per_op(user + system), "us (kernel", per_op(system), "us), client",
+      per_op(float(os.environ["CLIENT_S"])), "us")' <"$WORK/result.json"
 if [ -n "$perf_pid" ]; then wait "$perf_pid"; fi

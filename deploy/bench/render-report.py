@@ -64,6 +64,15 @@ def ratio(qk, etcd, higher_is_better=True):
     return f"{r:.2f}x"
 
 
+def cpu_per_op_us(results, system, run, r):
+    """The three members' CPU time over the run (compare.sh's .cpu file) per operation."""
+    try:
+        seconds = float(read(results, f"{system}-{run}.cpu"))
+    except ValueError:
+        return None
+    return seconds * 1e6 / r["operations"] if usable(r) else None
+
+
 def usable(r):
     return r is not None and r.get("operations", 0) > 0
 
@@ -92,6 +101,10 @@ def table(results, run):
                    lambda r, p=p: r["latency_ms"].get(p), False, 2)
     if run == "txn-cas-100":
         metric("conflicts (failed compares)", lambda r: r.get("conflicts"), False, 0)
+    if run != "watch":
+        ev, qv = cpu_per_op_us(results, "etcd", run, e), cpu_per_op_us(results, "quantykube", run, q)
+        rows.append(f"| server CPU per op (3 members), µs | {num(ev, 0)} | {num(qv, 0)} | "
+                    f"{ratio(qv, ev, False)} |")
     rows.append(f"| errors | {errors(e)} | {errors(q)} | |")
     cmd = read(results, f"quantykube-{run}.cmd") or read(results, f"etcd-{run}.cmd")
     return rows, cmd
