@@ -406,6 +406,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     let db = store::open_database(&config.data_dir.join("db"), LOG_COLUMN_FAMILIES)?;
     let revision_store = Arc::new(RevisionStore::new(db.clone())?);
     revision_store.resume_compaction()?;
+    revision_store.ensure_latest_index()?;
 
     let raft_config = Arc::new(raft_config(
         config.heartbeat_interval,

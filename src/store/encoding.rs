@@ -11,6 +11,12 @@
 //!
 //! `history` column family: `be(main_revision) ++ be(sub_revision)` to the change's
 //! kind and user key, in revision order for watch catch-up, compaction and hashing.
+//!
+//! `latest` column family: the raw user key to `be(mod_revision) ++` the record of its
+//! newest version, present only while the key is live. It duplicates the newest `kv`
+//! entry so that reads at the current revision (every put's previous version, compares,
+//! most ranges) are one point lookup, or one entry per key in a scan, instead of a walk
+//! over every version.
 
 use bytes::Bytes;
 
@@ -35,9 +41,10 @@ pub fn escape_key(user_key: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Decodes an escaped user key (without any revision suffix).
-pub fn unescape_key(escaped: &[u8]) -> Result<Vec<u8>, StoreError> {
-    let mut out = Vec::with_capacity(escaped.len());
+/// Decodes an escaped user key (without any revision suffix) into `out`, which it
+/// clears first.
+pub fn unescape_key_into(escaped: &[u8], out: &mut Vec<u8>) -> Result<(), StoreError> {
+    out.clear();
     let mut i = 0;
     while i < escaped.len() {
         let b = escaped[i];
@@ -51,11 +58,30 @@ pub fn unescape_key(escaped: &[u8]) -> Result<Vec<u8>, StoreError> {
                 out.push(ESCAPE);
                 i += 2;
             }
-            Some(&TERMINATOR) if i + 2 == escaped.len() => return Ok(out),
+            Some(&TERMINATOR) if i + 2 == escaped.len() => return Ok(()),
             _ => return Err(StoreError::corrupt("bad key escape")),
         }
     }
     Err(StoreError::corrupt("unterminated key"))
+}
+
+/// `latest` value: the newest version's revision and its (live) `kv` record.
+pub fn latest_value(mod_revision: i64, record: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(REVISION_LEN + record.len());
+    out.extend_from_slice(&mod_revision.to_be_bytes());
+    out.extend_from_slice(record);
+    out
+}
+
+/// Splits a `latest` value into the newest version's revision and its `kv` record.
+pub fn split_latest_value(raw: &[u8]) -> Result<(i64, &[u8]), StoreError> {
+    if raw.len() < REVISION_LEN {
+        return Err(StoreError::corrupt("short latest record"));
+    }
+    let (revision, record) = raw.split_at(REVISION_LEN);
+    let mut be = [0u8; REVISION_LEN];
+    be.copy_from_slice(revision);
+    Ok((i64::from_be_bytes(be), record))
 }
 
 /// `kv` key of one version of `user_key`, written at `revision`.
@@ -223,8 +249,10 @@ mod tests {
         let mut sorted = encoded.clone();
         sorted.sort();
         assert_eq!(encoded, sorted);
+        let mut decoded = Vec::new();
         for (k, e) in keys.iter().zip(&encoded) {
-            assert_eq!(&unescape_key(e).unwrap(), k);
+            unescape_key_into(e, &mut decoded).unwrap();
+            assert_eq!(&decoded, k);
         }
     }
 
@@ -252,6 +280,12 @@ mod tests {
         let dead = StoredVersion::Tombstone;
         assert_eq!(StoredVersion::decode(&dead.encode()).unwrap(), dead);
         assert!(StoredVersion::decode(&[9]).is_err());
+        let latest = latest_value(42, &live.encode());
+        assert_eq!(
+            split_latest_value(&latest).unwrap(),
+            (42, live.encode().as_slice())
+        );
+        assert!(split_latest_value(&[1, 2]).is_err());
         let h = HistoryEntry {
             deleted: true,
             key: b"k".to_vec(),

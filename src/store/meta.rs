@@ -13,6 +13,8 @@ const CURRENT_REVISION: &[u8] = b"current_revision";
 const COMPACTED_REVISION: &[u8] = b"compacted_revision";
 const APPLIED_LOG_ID: &[u8] = b"applied_log_id";
 const MEMBERSHIP: &[u8] = b"membership";
+/// Present once the `latest` column family holds every live key (`latest.rs`).
+const LATEST_INDEX_BUILT: &[u8] = b"latest_index_built";
 
 /// A new store is at revision 1, as etcd; -1 means "never compacted", as etcd.
 const INITIAL_REVISION: i64 = 1;
@@ -166,6 +168,18 @@ const PHYSICALLY_COMPACTED: &[u8] = b"physically_compacted_revision";
 
 /// How far compaction has actually deleted old versions; trails the compacted revision
 /// only while a compaction runs or was cut short by a crash.
+pub fn read_latest_index_built(store: &RevisionStore) -> Result<bool, StoreError> {
+    Ok(get(store, None, LATEST_INDEX_BUILT)?.is_some())
+}
+
+pub fn stage_latest_index_built(
+    store: &RevisionStore,
+    batch: &mut WriteBatch,
+) -> Result<(), StoreError> {
+    batch.put_cf(store.cf(CF_META)?, LATEST_INDEX_BUILT, []);
+    Ok(())
+}
+
 pub fn read_physically_compacted(store: &RevisionStore) -> Result<i64, StoreError> {
     get_i64(store, None, PHYSICALLY_COMPACTED, 0)
 }

@@ -1,8 +1,9 @@
 //! The revision store: etcd's MVCC key space on RocksDB.
 //!
-//! It owns the `kv`, `history` and `meta` column families of a node's database: every
-//! version of every key, the revision-ordered change log, and the store's counters
-//! (current and compacted revision, applied raft log id, membership). Reads are served
+//! It owns the `kv`, `history`, `latest` and `meta` column families of a node's
+//! database: every version of every key, the revision-ordered change log, the newest
+//! version of every live key, and the store's counters (current and compacted revision,
+//! applied raft log id, membership). Reads are served
 //! from a RocksDB snapshot so that a response sees one revision; writes arrive only
 //! through [`apply`](RevisionStore::apply), one raft log entry at a time, in log order.
 //! It must never decide what is committed (raft does) nor validate request shapes (the
@@ -11,6 +12,7 @@
 mod compaction;
 mod encoding;
 mod error;
+mod latest;
 mod meta;
 mod range;
 mod snapshot;
@@ -19,7 +21,7 @@ mod write;
 
 use std::sync::Arc;
 
-use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, Options, DB};
+use rocksdb::{BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, Options, DB};
 
 pub use error::StoreError;
 pub use meta::{read_applied, read_member_attributes, AppliedState};
@@ -30,10 +32,11 @@ use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
 
 pub(crate) const CF_KV: &str = "kv";
 pub(crate) const CF_HISTORY: &str = "history";
+pub(crate) const CF_LATEST: &str = "latest";
 pub(crate) const CF_META: &str = "meta";
 
 /// Column families the revision store owns in the node's database.
-pub const STORE_COLUMN_FAMILIES: &[&str] = &[CF_KV, CF_HISTORY, CF_META];
+pub const STORE_COLUMN_FAMILIES: &[&str] = &[CF_KV, CF_HISTORY, CF_LATEST, CF_META];
 
 /// A node's database: one RocksDB holding the store's and the raft log's column families,
 /// so that one WAL orders them and one fsync makes both durable.
@@ -53,7 +56,18 @@ pub fn open_database(path: &std::path::Path, extra_cfs: &[&str]) -> Result<Arc<D
     let cfs = STORE_COLUMN_FAMILIES
         .iter()
         .chain(extra_cfs)
-        .map(|name| ColumnFamilyDescriptor::new(*name, opts.clone()));
+        .map(|name| match *name {
+            // Point lookups of keys that may not exist (every put of a new key): a bloom
+            // filter answers most of them without reading a block.
+            CF_LATEST => {
+                let mut table = BlockBasedOptions::default();
+                table.set_bloom_filter(10.0, false);
+                let mut latest = opts.clone();
+                latest.set_block_based_table_factory(&table);
+                ColumnFamilyDescriptor::new(*name, latest)
+            }
+            _ => ColumnFamilyDescriptor::new(*name, opts.clone()),
+        });
     Ok(Arc::new(DB::open_cf_descriptors(&opts, path, cfs)?))
 }
 
@@ -96,8 +110,8 @@ impl RevisionStore {
     /// header carries only the revision; the caller fills in the rest.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
         let snapshot = self.db.snapshot();
-        let reader = range::Reader::new(self, &snapshot);
-        range::range(&reader, reader.revisions()?, req, None)
+        let reader = range::Reader::new(self, &snapshot)?;
+        range::range(&reader, reader.revisions(), req, None)
     }
 
     /// The approximate on-disk size of the store, for Maintenance.Status.

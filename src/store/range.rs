@@ -1,9 +1,9 @@
 //! Reading the key space at a revision: etcd's Range, from a RocksDB snapshot.
 //!
-//! This module owns the walk over the `kv` column family and etcd's post-processing of
-//! a Range (revision checks, filters, sorting, limit and `more`, count, keys only). It
-//! holds at most the response in memory: keys are visited in order straight from the
-//! iterator. It must never write.
+//! This module owns the walks over the `latest` and `kv` column families and etcd's
+//! post-processing of a Range (revision checks, filters, sorting, limit and `more`,
+//! count, keys only). It holds at most the response in memory: keys are visited in
+//! order straight from the iterator. It must never write.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -11,12 +11,12 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use rocksdb::{DBRawIterator, ReadOptions, Snapshot};
 
-use super::encoding::StoredVersion;
 use super::encoding::{
-    after_all_versions, kv_bounds, split_version_key, unescape_key, version_key,
+    after_all_versions, kv_bounds, split_latest_value, split_version_key, unescape_key_into,
+    version_key, StoredVersion,
 };
 use super::meta::Revisions;
-use super::{RevisionStore, StoreError, CF_KV};
+use super::{RevisionStore, StoreError, CF_KV, CF_LATEST};
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
 use crate::proto::mvccpb::KeyValue;
@@ -29,34 +29,41 @@ pub type Overlay = BTreeMap<Bytes, Option<KeyValue>>;
 /// past them: cheap for keys with few versions, bounded for keys with many.
 const SEQUENTIAL_SKIPS: usize = 4;
 
-/// Reads the `kv` column family either live (the apply path, which is the only writer)
-/// or through a snapshot (client reads, which must see one revision).
+/// Reads the key space either live (the apply path, which is the only writer) or
+/// through a snapshot (client reads, which must see one revision). A read at the
+/// current revision of what it sees goes to the `latest` column family; an older one
+/// walks the versions in `kv`.
 pub struct Reader<'a> {
     store: &'a RevisionStore,
     snapshot: Option<&'a Snapshot<'a>>,
+    /// The counters of the data this reader sees.
+    revisions: Revisions,
 }
 
 impl<'a> Reader<'a> {
-    pub fn new(store: &'a RevisionStore, snapshot: &'a Snapshot<'a>) -> Self {
-        Reader {
+    pub fn new(store: &'a RevisionStore, snapshot: &'a Snapshot<'a>) -> Result<Self, StoreError> {
+        Ok(Reader {
             store,
             snapshot: Some(snapshot),
-        }
+            revisions: super::meta::read_revisions(store, Some(snapshot))?,
+        })
     }
 
-    pub fn live(store: &'a RevisionStore) -> Self {
+    /// A reader of the store as written, whose counters the caller knows (`written`).
+    pub fn live(store: &'a RevisionStore, written: Revisions) -> Self {
         Reader {
             store,
             snapshot: None,
+            revisions: written,
         }
     }
 
     /// The store's counters as this reader sees them.
-    pub fn revisions(&self) -> Result<Revisions, StoreError> {
-        super::meta::read_revisions(self.store, self.snapshot)
+    pub fn revisions(&self) -> Revisions {
+        self.revisions
     }
 
-    fn iterator(&self, upper: Option<Vec<u8>>) -> Result<DBRawIterator<'a>, StoreError> {
+    fn read_options(&self, upper: Option<Vec<u8>>) -> ReadOptions {
         let mut opts = ReadOptions::default();
         if let Some(s) = self.snapshot {
             opts.set_snapshot(s);
@@ -64,16 +71,65 @@ impl<'a> Reader<'a> {
         if let Some(upper) = upper {
             opts.set_iterate_upper_bound(upper);
         }
-        Ok(self
-            .store
-            .db
-            .raw_iterator_cf_opt(self.store.cf(CF_KV)?, opts))
+        opts
+    }
+
+    fn iterator(&self, cf: &str, upper: Option<Vec<u8>>) -> Result<DBRawIterator<'a>, StoreError> {
+        let opts = self.read_options(upper);
+        Ok(self.store.db.raw_iterator_cf_opt(self.store.cf(cf)?, opts))
     }
 
     /// Visits, in key order, every key in `[key, range_end)` (etcd's range conventions)
-    /// that is live at revision `at`, with its version record. `visit` returns false to
-    /// stop early.
+    /// that is live at revision `at`, with its revision and version record. `visit`
+    /// returns false to stop early.
     pub fn scan(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        at: i64,
+        visit: impl FnMut(&[u8], i64, &[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        if at >= self.revisions.current {
+            self.scan_latest(key, range_end, visit)
+        } else {
+            self.scan_versions(key, range_end, at, visit)
+        }
+    }
+
+    /// `scan` at the current revision: one `latest` entry per live key.
+    fn scan_latest(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        mut visit: impl FnMut(&[u8], i64, &[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let cf = self.store.cf(CF_LATEST)?;
+        if range_end.is_empty() {
+            let opts = self.read_options(None);
+            if let Some(raw) = self.store.db.get_pinned_cf_opt(cf, key, &opts)? {
+                let (revision, record) = split_latest_value(&raw)?;
+                visit(key, revision, record)?;
+            }
+            return Ok(());
+        }
+        let upper = (range_end != [0]).then(|| range_end.to_vec());
+        if upper.as_deref().is_some_and(|u| u <= key) {
+            return Ok(());
+        }
+        let mut it = self.iterator(CF_LATEST, upper)?;
+        it.seek(key);
+        while let (Some(k), Some(raw)) = (it.key(), it.value()) {
+            let (revision, record) = split_latest_value(raw)?;
+            if !visit(k, revision, record)? {
+                break;
+            }
+            it.next();
+        }
+        it.status().map_err(StoreError::from)
+    }
+
+    /// `scan` at any revision, by walking the versions in `kv`.
+    pub fn scan_versions(
         &self,
         key: &[u8],
         range_end: &[u8],
@@ -84,10 +140,11 @@ impl<'a> Reader<'a> {
         if upper.as_ref().is_some_and(|u| *u <= lower) {
             return Ok(());
         }
-        let mut it = self.iterator(upper)?;
+        let mut it = self.iterator(CF_KV, upper)?;
         it.seek(&lower);
-        // The current key, copied out of the iterator (which moves on); one buffer reused.
+        // The current key, escaped and as the user wrote it; the buffers are reused.
         let mut escaped = Vec::new();
+        let mut user_key = Vec::new();
         while it.valid() {
             let Some(raw) = it.key() else { break };
             let (current, revision) = split_version_key(raw)?;
@@ -102,8 +159,11 @@ impl<'a> Reader<'a> {
                 }
             }
             let value = it.value().unwrap_or_default();
-            if !StoredVersion::is_tombstone(value) && !visit(&escaped, revision, value)? {
-                return it.status().map_err(StoreError::from);
+            if !StoredVersion::is_tombstone(value) {
+                unescape_key_into(&escaped, &mut user_key)?;
+                if !visit(&user_key, revision, value)? {
+                    return it.status().map_err(StoreError::from);
+                }
             }
             skip_versions(&mut it, &escaped);
         }
@@ -113,8 +173,8 @@ impl<'a> Reader<'a> {
     /// The version of `key` live at revision `at`, if any.
     pub fn get(&self, key: &[u8], at: i64) -> Result<Option<KeyValue>, StoreError> {
         let mut found = None;
-        self.scan(key, &[], at, |escaped, revision, raw| {
-            found = Some(key_value(escaped, revision, raw, true)?);
+        self.scan(key, &[], at, |user_key, revision, raw| {
+            found = Some(key_value(user_key, revision, raw, true)?);
             Ok(false)
         })?;
         Ok(found)
@@ -134,7 +194,7 @@ fn skip_versions(it: &mut DBRawIterator<'_>, escaped: &[u8]) {
 
 /// Builds the client-facing record of one stored version.
 pub fn key_value(
-    escaped: &[u8],
+    user_key: &[u8],
     mod_revision: i64,
     raw: &[u8],
     with_value: bool,
@@ -147,7 +207,7 @@ pub fn key_value(
             lease,
             value,
         } => Ok(KeyValue {
-            key: Bytes::from(unescape_key(escaped)?),
+            key: Bytes::copy_from_slice(user_key),
             create_revision,
             mod_revision,
             version,
@@ -221,18 +281,18 @@ pub fn range(
     let (mut kvs, count) = if pending.is_empty() {
         let mut kvs = Vec::new();
         let mut count: i64 = 0;
-        reader.scan(&req.key, &req.range_end, at, |escaped, revision, raw| {
+        reader.scan(&req.key, &req.range_end, at, |key, revision, raw| {
             count += 1;
             if !req.count_only && kvs.len() < fetch_limit {
-                kvs.push(key_value(escaped, revision, raw, with_value)?);
+                kvs.push(key_value(key, revision, raw, with_value)?);
             }
             Ok(true)
         })?;
         (kvs, count)
     } else {
         let mut merged: BTreeMap<Bytes, KeyValue> = BTreeMap::new();
-        reader.scan(&req.key, &req.range_end, at, |escaped, revision, raw| {
-            let kv = key_value(escaped, revision, raw, with_value)?;
+        reader.scan(&req.key, &req.range_end, at, |key, revision, raw| {
+            let kv = key_value(key, revision, raw, with_value)?;
             merged.insert(kv.key.clone(), kv);
             Ok(true)
         })?;

@@ -21,12 +21,13 @@ use quantykube_raft::SnapshotMeta;
 use rocksdb::checkpoint::Checkpoint;
 use rocksdb::{IteratorMode, Options, ReadOptions, WriteBatch, DB};
 
-use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_META};
+use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_LATEST, CF_META};
 
 const MAGIC: &[u8; 8] = b"QKSNAP01";
 const END: u8 = 0xFF;
-/// Column families carried, by their record tag (the tag is the index).
-const CARRIED: [&str; 3] = [CF_KV, CF_HISTORY, CF_META];
+/// Column families carried, by their record tag (the tag is the index; new families go
+/// last, so that files written before them still read).
+const CARRIED: [&str; 4] = [CF_KV, CF_HISTORY, CF_META, CF_LATEST];
 const INSTALL_BATCH_BYTES: usize = 4 << 20;
 const CHECKPOINT_PREFIX: &str = "checkpoint-";
 const SNAPSHOT_EXTENSION: &str = "snap";
@@ -207,11 +208,13 @@ impl RevisionStore {
             meta::stage_applied_log_id(self, &mut batch, log_id)?;
         }
         self.db.write(batch)?;
+        // A file from a node that did not keep `latest` yet carries none of it.
+        self.ensure_latest_index()?;
         tracing::info!(path = %path.display(), "installed snapshot");
         Ok(meta)
     }
 
-    fn clear(&self, name: &str) -> Result<(), StoreError> {
+    pub(super) fn clear(&self, name: &str) -> Result<(), StoreError> {
         let cf = self.cf(name)?;
         let mut it = self.db.raw_iterator_cf(cf);
         it.seek_to_last();

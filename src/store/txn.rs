@@ -141,9 +141,9 @@ fn compare_holds(reader: &Reader<'_>, at: i64, compare: &Compare) -> Result<bool
         &compare.key,
         &compare.range_end,
         at,
-        |escaped, revision, raw| {
+        |key, revision, raw| {
             any = true;
-            let kv = super::range::key_value(escaped, revision, raw, true)?;
+            let kv = super::range::key_value(key, revision, raw, true)?;
             holds = compare_key_value(compare, &kv);
             Ok(holds)
         },

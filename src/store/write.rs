@@ -15,11 +15,13 @@ use bytes::Bytes;
 use quantykube_raft::{LogId, StoredMembership};
 use rocksdb::WriteBatch;
 
-use super::encoding::{escape_key, history_key, version_key, HistoryEntry, StoredVersion};
+use super::encoding::{
+    escape_key, history_key, latest_value, version_key, HistoryEntry, StoredVersion,
+};
 use super::meta::{self, Revisions};
 use super::range::{self, Overlay, Reader};
 use super::txn::{self, Path};
-use super::{compaction, RevisionStore, StoreError, CF_HISTORY, CF_KV};
+use super::{compaction, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_LATEST};
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_error::Kind;
 use crate::proto::command::command_result::Result as CommandResultKind;
@@ -118,10 +120,19 @@ impl<'a> WriteTxn<'a> {
             },
             None => StoredVersion::Tombstone,
         };
+        let record = record.encode();
+        let latest = self.store.cf(CF_LATEST)?;
+        match &state {
+            Some(_) => self
+                .staged
+                .batch
+                .put_cf(latest, &key, latest_value(revision, &record)),
+            None => self.staged.batch.delete_cf(latest, &key),
+        }
         self.staged.batch.put_cf(
             self.store.cf(CF_KV)?,
             version_key(&escaped, revision),
-            record.encode(),
+            record,
         );
         let event = HistoryEntry {
             deleted: state.is_none(),
@@ -285,6 +296,8 @@ const FLUSH_BYTES: usize = 4 << 20;
 pub struct ApplyBatch<'s> {
     store: &'s RevisionStore,
     staged: Staged,
+    /// The counters as written: what a reader of the store (not the batch) sees.
+    written: Revisions,
     /// The last log id applied into `staged`, written with it.
     last_log_id: Option<LogId>,
 }
@@ -305,7 +318,8 @@ impl<'s> ApplyBatch<'s> {
         let staged_before = self.staged.batch.len();
         let store = self.store;
         let mut compact_to = None;
-        let mut txn = WriteTxn::new(store, Reader::live(store), &mut self.staged);
+        let reader = Reader::live(store, self.written);
+        let mut txn = WriteTxn::new(store, reader, &mut self.staged);
         let applied = match &command.request {
             Some(CommandRequest::Put(p)) => {
                 if p.lease != 0 && !store.lease_exists(p.lease) {
@@ -397,6 +411,7 @@ impl<'s> ApplyBatch<'s> {
         meta::stage_current_revision(self.store, &mut staged.batch, staged.revisions.current)?;
         meta::stage_applied_log_id(self.store, &mut staged.batch, &log_id)?;
         self.store.db.write(staged.batch)?;
+        self.written = revisions;
         Ok(())
     }
 }
@@ -429,9 +444,11 @@ impl RevisionStore {
     /// Starts applying a run of committed commands; nothing is visible until
     /// [`ApplyBatch::flush`].
     pub fn begin_apply(&self) -> Result<ApplyBatch<'_>, StoreError> {
+        let written = meta::read_revisions(self, None)?;
         Ok(ApplyBatch {
             store: self,
-            staged: Staged::new(Reader::live(self).revisions()?),
+            staged: Staged::new(written),
+            written,
             last_log_id: None,
         })
     }
@@ -439,8 +456,8 @@ impl RevisionStore {
     /// A read-only transaction, answered from one snapshot without the log.
     pub fn read_only_txn(&self, req: &TxnRequest) -> Result<TxnResponse, StoreError> {
         let snapshot = self.db.snapshot();
-        let reader = Reader::new(self, &snapshot);
-        let mut nothing_staged = Staged::new(reader.revisions()?);
+        let reader = Reader::new(self, &snapshot)?;
+        let mut nothing_staged = Staged::new(reader.revisions());
         WriteTxn::new(self, reader, &mut nothing_staged).txn(req)
     }
 
