@@ -11,7 +11,8 @@
 #        SERVER=$(command -v etcd) deploy/bench/one-run.sh   # the same against etcd
 # Env: QK (bench client and, unless SERVER is set, the server; default the release
 #      build), SERVER, WORKLOAD (put | txn-cas), DURATION (20s),
-#      TOTAL, PERF (writes $PERF_DATA, default /var/tmp/qk-perf.data), QKFLAGS (extra
+#      BENCHFLAGS (extra bench flags), TOTAL, PERF (writes $PERF_DATA, default /var/tmp/qk-perf.data; PERF_FREQ, and
+#      PERF_CALL_GRAPH=dwarf for stacks through code built without frame pointers), QKFLAGS (extra
 #      server flags). Writes go to the leader, as in compare.sh.
 set -euo pipefail
 QK=${QK:-${CARGO_TARGET_DIR:-/var/tmp/quantykube-target}/release/quantykube}
@@ -38,12 +39,13 @@ for _ in $(seq 150); do
   sleep 0.2
 done
 
-common=(--key-size 8 --val-size 256 --clients 100 --conns 10 --endpoints "$ENDPOINTS" --output json)
+# shellcheck disable=SC2206 # BENCHFLAGS is a list of flags
+common=(--key-size 8 --val-size 256 --clients 100 --conns 10 --endpoints "$ENDPOINTS" --output json ${BENCHFLAGS:-})
 case $WORKLOAD in
   put)
     if [ -n "${TOTAL:-}" ]; then amount=(--total "$TOTAL" --sequential-keys --key-space-size "$TOTAL")
     else amount=(--duration "$DURATION" --key-space-size 100000); fi
-    args=(put "${amount[@]}" --target-leader) ;;
+    args=(put "${amount[@]}" ${TARGET_LEADER---target-leader}) ;;
   txn-cas)
     "$QK" bench put --total 1000 --key-space-size 1000 --sequential-keys "${common[@]}" >/dev/null
     args=(txn-cas --duration "$DURATION" --key-space-size 1000) ;;
@@ -52,7 +54,7 @@ esac
 
 perf_pid=""
 if [ -n "${PERF:-}" ]; then
-  perf record -e cpu-clock -F 499 -g -o "${PERF_DATA:-/var/tmp/qk-perf.data}" \
+  perf record -e cpu-clock -F "${PERF_FREQ:-499}" --call-graph "${PERF_CALL_GRAPH:-fp}" -o "${PERF_DATA:-/var/tmp/qk-perf.data}" \
     -p "$(IFS=,; echo "${pids[*]}")" -- sleep 12 >/dev/null 2>&1 &
   perf_pid=$!
 fi
