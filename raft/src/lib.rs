@@ -24,6 +24,7 @@ pub mod log_tail;
 pub mod network;
 pub mod pb;
 pub mod peer_server;
+pub mod propose_stream;
 pub mod runtime;
 pub mod types;
 pub mod wal_sync;

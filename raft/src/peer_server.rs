@@ -19,8 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use openraft::async_runtime::WatchReceiver;
-use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
+use openraft::error::{LinearizableReadError, RaftError};
 use openraft::storage::RaftStateMachine;
 use openraft::ReadPolicy;
 use serde::Serialize;
@@ -30,7 +29,8 @@ use crate::channels::MAX_PEER_MESSAGE_BYTES;
 use crate::codec;
 use crate::pb;
 use crate::pb::peer_server::{Peer, PeerServer};
-use crate::types::{Command, Raft, Snapshot, SnapshotFile, SnapshotMeta, TypeConfig, Vote};
+use crate::propose_stream::{self, OutcomeStream};
+use crate::types::{Raft, Snapshot, SnapshotFile, SnapshotMeta, TypeConfig, Vote};
 
 const PARTIAL_SUFFIX: &str = "partial";
 
@@ -71,10 +71,6 @@ where
         PeerServer::new(self)
             .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES)
-    }
-
-    fn raft_stopped(&self) -> bool {
-        self.raft.metrics().borrow_watched().running_state.is_err()
     }
 
     async fn receive_snapshot(
@@ -216,49 +212,16 @@ where
         }))
     }
 
-    async fn propose_command(
+    type ProposeCommandsStream = OutcomeStream;
+
+    async fn propose_commands(
         &self,
-        request: Request<pb::ProposeCommandRequest>,
-    ) -> Result<Response<pb::ProposeCommandResponse>, Status> {
-        if self.raft_stopped() {
-            // Certainly not proposed: let the caller find the next leader.
-            return Ok(Response::new(pb::ProposeCommandResponse {
-                outcome: None,
-                leader_redirect: Some(pb::LeaderRedirect::new(None, None)),
-            }));
-        }
-        let command = Command(request.into_inner().command);
-        let reply = match self.raft.client_write(command).await {
-            Ok(response) => pb::ProposeCommandResponse {
-                outcome: Some(response.data.0),
-                leader_redirect: None,
-            },
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => {
-                pb::ProposeCommandResponse {
-                    outcome: None,
-                    leader_redirect: Some(pb::LeaderRedirect::new(
-                        to.leader_id,
-                        to.leader_node.as_ref(),
-                    )),
-                }
-            }
-            // The entry was appended and then lost its leader: it may still commit. Only
-            // the client can decide whether to retry.
-            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(to))) => {
-                return Err(Status::aborted(format!(
-                    "leader changed; the command may or may not commit: {to}"
-                )));
-            }
-            Err(RaftError::APIError(other)) => {
-                return Err(Status::failed_precondition(other.to_string()))
-            }
-            Err(RaftError::Fatal(fatal)) => {
-                return Err(Status::aborted(format!(
-                    "raft stopped while proposing: {fatal}"
-                )));
-            }
-        };
-        Ok(Response::new(reply))
+        request: Request<Streaming<pb::ProposeCommandsRequest>>,
+    ) -> Result<Response<OutcomeStream>, Status> {
+        Ok(Response::new(propose_stream::serve(
+            self.raft.clone(),
+            request.into_inner(),
+        )))
     }
 
     async fn read_index(

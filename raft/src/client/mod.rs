@@ -3,13 +3,15 @@
 //!
 //! This module owns [`RaftClient`] and its leader routing: which node to ask (the local
 //! raft's view, or a fresher redirect from a peer) and how long to wait between
-//! attempts. Writes live in `write.rs`, read barriers in `read.rs`.
+//! attempts. Writes live in `write.rs` (forwarded on the stream of `forward.rs`), read
+//! barriers in `read.rs`.
 //!
 //! The rule it must never break: a write is retried only when it certainly was not
 //! proposed (a redirect, or a dial that failed). Once a command may have reached a
 //! leader's log, a failure is reported to the caller, never retried behind its back.
 
 mod error;
+mod forward;
 mod read;
 mod read_rounds;
 mod write;
@@ -66,6 +68,8 @@ where
     options: RaftClientOptions,
     /// Follower reads waiting to share one read-index request to the leader.
     read_rounds: Arc<read_rounds::ReadRounds>,
+    /// The stream this node forwards its writes to the leader on.
+    forwarder: forward::Forwarder,
 }
 
 impl<SM> Clone for RaftClient<SM>
@@ -78,6 +82,7 @@ where
             channels: self.channels.clone(),
             options: self.options.clone(),
             read_rounds: self.read_rounds.clone(),
+            forwarder: self.forwarder.clone(),
         }
     }
 }
@@ -146,6 +151,7 @@ where
             channels,
             options,
             read_rounds: Arc::default(),
+            forwarder: forward::Forwarder::default(),
         }
     }
 

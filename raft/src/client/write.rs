@@ -9,9 +9,8 @@ use openraft::storage::RaftStateMachine;
 use tokio::time::Instant;
 use tonic::Code;
 
-use super::{with_timeout, Attempt, Pause, RaftClient, Route, WriteError};
-use crate::channels::{is_connect_failure, Lane};
-use crate::pb;
+use super::forward::Delivery;
+use super::{Attempt, Pause, RaftClient, Route, WriteError};
 use crate::types::{Command, CommandOutcome, Member, NodeId, TypeConfig};
 
 impl<SM> RaftClient<SM>
@@ -96,56 +95,35 @@ where
             redirect: None,
             reason: WriteError::NoLeader,
         };
-        let pooled = match tokio::time::timeout_at(
-            deadline,
-            self.channels.get(leader, member, Lane::Forward),
-        )
-        .await
-        {
-            Ok(Ok(pooled)) => pooled,
+        let linger = self.options.request_timeout;
+        let forwarded =
+            self.forwarder
+                .forward(&self.channels, leader, member, cmd.0.clone(), linger);
+        let outcome = match tokio::time::timeout_at(deadline, forwarded).await {
+            Ok(Ok((Delivery::Answered(outcome), _))) => outcome,
+            Ok(Ok((Delivery::NotSent, stream))) => {
+                // The stream could not open or had ended: the next attempt dials anew.
+                self.forwarder.close(&stream, &self.channels);
+                return not_sent;
+            }
+            Ok(Ok((Delivery::Lost, stream))) => {
+                self.forwarder.close(&stream, &self.channels);
+                tracing::debug!(leader, "forwarding stream broke; write fate unknown");
+                return Attempt::Failed(WriteError::Timeout);
+            }
             Ok(Err(e)) => {
                 tracing::debug!(leader, error = %e, "cannot reach leader to forward a write");
                 return not_sent;
             }
-            Err(_) => return not_sent,
-        };
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let request = with_timeout(
-            pb::ProposeCommandRequest {
-                command: cmd.0.clone(),
-            },
-            remaining,
-        );
-        let mut client = pooled.client();
-        let reply = match tokio::time::timeout_at(deadline, client.propose_command(request)).await {
-            Ok(Ok(reply)) => reply.into_inner(),
-            Ok(Err(status)) => {
-                self.channels.discard(leader, Lane::Forward, &pooled);
-                if is_connect_failure(&status) {
-                    tracing::debug!(leader, error = %status, "leader unreachable; write not sent");
-                    return not_sent;
-                }
-                tracing::debug!(leader, code = ?status.code(), error = %status.message(), "forwarded write failed");
-                return Attempt::Failed(match status.code() {
-                    Code::Aborted => WriteError::LeaderChanged,
-                    // Refused before proposing.
-                    Code::InvalidArgument
-                    | Code::FailedPrecondition
-                    | Code::ResourceExhausted
-                    | Code::OutOfRange
-                    | Code::Unimplemented => WriteError::Network(status.message().to_owned()),
-                    // The request may have reached the leader's log.
-                    _ => WriteError::Timeout,
-                });
-            }
             Err(_) => {
-                self.channels.discard(leader, Lane::Forward, &pooled);
+                // The stream may be stuck on a dead connection: the next write dials anew.
+                self.forwarder.close_to(leader, &self.channels);
                 return Attempt::Failed(WriteError::Timeout);
             }
         };
-        match (reply.outcome, reply.leader_redirect) {
-            (Some(outcome), None) => Attempt::Done(CommandOutcome(outcome)),
-            (None, Some(redirect)) => {
+        match (outcome.outcome, outcome.leader_redirect, outcome.error) {
+            (Some(outcome), None, None) => Attempt::Done(CommandOutcome(outcome)),
+            (None, Some(redirect), None) => {
                 tracing::debug!(tried = leader, hint = ?redirect.leader_id, "write redirected");
                 Attempt::Retry {
                     tried: Some(leader),
@@ -153,11 +131,22 @@ where
                     reason: WriteError::NoLeader,
                 }
             }
+            (None, None, Some(error)) => {
+                let code = Code::from_i32(error.code);
+                tracing::debug!(leader, ?code, error = %error.message, "forwarded write failed");
+                Attempt::Failed(match code {
+                    Code::Aborted => WriteError::LeaderChanged,
+                    // Refused before proposing.
+                    Code::FailedPrecondition => WriteError::Network(error.message),
+                    // The command may have reached the leader's log.
+                    _ => WriteError::Timeout,
+                })
+            }
             // Malformed: the leader may have applied the command, so its fate is unknown.
             _ => {
                 tracing::warn!(
                     leader,
-                    "ProposeCommand response sets neither or both of outcome and leader_redirect"
+                    "forwarded outcome sets none or several of outcome, leader_redirect, error"
                 );
                 Attempt::Failed(WriteError::Timeout)
             }
