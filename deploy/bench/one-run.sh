@@ -11,7 +11,7 @@
 #        SERVER=$(command -v etcd) deploy/bench/one-run.sh   # the same against etcd
 # Env: QK (bench client and, unless SERVER is set, the server; default the release
 #      build), SERVER, WORKLOAD (put | txn-cas), DURATION (20s),
-#      BENCHFLAGS (extra bench flags), TOTAL, PERF (writes $PERF_DATA, default /var/tmp/qk-perf.data; PERF_FREQ, and
+#      BENCHFLAGS (extra bench flags), PREWRITE (e.g. 40s of put x10 first), TOTAL, PERF (writes $PERF_DATA, default /var/tmp/qk-perf.data; PERF_FREQ, and
 #      PERF_CALL_GRAPH=dwarf for stacks through code built without frame pointers), QKFLAGS (extra
 #      server flags). Writes go to the leader, as in compare.sh.
 set -euo pipefail
@@ -21,7 +21,7 @@ WORKLOAD=${WORKLOAD:-put}
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-one-run.XXXXXX")
 ENDPOINTS=127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379
 pids=()
-cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; if [ -n "${KEEP:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
 trap cleanup EXIT INT TERM
 
 cluster="m1=http://127.0.0.1:12380,m2=http://127.0.0.1:22380,m3=http://127.0.0.1:32380"
@@ -51,6 +51,12 @@ case $WORKLOAD in
     args=(txn-cas --duration "$DURATION" --key-space-size 1000) ;;
   *) echo "unknown WORKLOAD $WORKLOAD" >&2; exit 2 ;;
 esac
+
+if [ -n "${PREWRITE:-}" ]; then
+  # The store as compare.sh's put x100 finds it: written for a while by fewer clients.
+  "$QK" bench put --duration "$PREWRITE" --key-space-size 100000 --target-leader --clients 10 \
+    --key-size 8 --val-size 256 --conns 10 --endpoints "$ENDPOINTS" --output json >/dev/null
+fi
 
 perf_pid=""
 if [ -n "${PERF:-}" ]; then
