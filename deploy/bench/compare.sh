@@ -89,8 +89,8 @@ for system in $SYSTEMS; do
     quantykube) bin=$QK ;;
     *) echo "unknown system $system" >&2; exit 2 ;;
   esac
-  echo "== $system: $("$bin" --version | head -n1)" >&2
-  "$bin" --version | head -n1 >"$OUT/$system-version.txt"
+  echo "== $system: $("$bin" --version | sed -n 1p)" >&2
+  "$bin" --version | sed -n 1p >"$OUT/$system-version.txt"
 
   start_cluster "$system" "$bin"
   common=(--duration "$DURATION" --key-size 8 --val-size 256)
