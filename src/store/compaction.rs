@@ -4,8 +4,9 @@
 //! Logical compaction (refusing reads below the compacted revision) happens when the
 //! Compact command is applied; this module then removes, for every key changed since
 //! the last compaction, each version older than the one live at the compacted
-//! revision (and that one too when it is a deletion), and the history up to that
-//! revision. It is idempotent and resumable: the history it walks is deleted last, and
+//! revision (and that one too when it is a deletion), and the history below that
+//! revision (its own events stay, so that a watch may start there, as in etcd). It is
+//! idempotent and resumable: the history it walks is deleted last, and
 //! its progress marker moves in the same batch. It must never delete anything a read
 //! at or above the compacted revision can see.
 
@@ -46,7 +47,8 @@ pub fn compact_physically(store: &RevisionStore, to: i64) -> Result<(), StoreErr
     drop_old_versions(store, &keys, to)?;
 
     let mut batch = WriteBatch::default();
-    batch.delete_range_cf(history, history_key(0, 0), history_key(to + 1, 0));
+    // The compacted revision's own events stay: as in etcd, a watch may start there.
+    batch.delete_range_cf(history, history_key(0, 0), history_key(to, 0));
     meta::stage_physically_compacted(store, &mut batch, to)?;
     store.db.write(batch)?;
     tracing::debug!(from, to, "physical compaction done");

@@ -12,6 +12,7 @@
 mod compaction;
 mod encoding;
 mod error;
+mod events;
 mod latest;
 mod meta;
 mod range;
@@ -24,6 +25,7 @@ use std::sync::Arc;
 use rocksdb::{BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, Options, DB};
 
 pub use error::StoreError;
+pub use events::EventPage;
 pub use meta::{read_applied, read_member_attributes, AppliedState};
 pub use snapshot::{keep_received_snapshot, latest_snapshot, SnapshotInfo};
 pub use write::{ApplyBatch, WriteOutcome};

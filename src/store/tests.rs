@@ -851,3 +851,107 @@ fn a_store_written_without_the_latest_index_gets_it_rebuilt() {
     h.store.ensure_latest_index().unwrap();
     assert_eq!(h.get("after").unwrap().value, b("1"));
 }
+
+/// (type, key, mod revision, value, previous value) of each event of a page.
+type EventSummary = (i32, String, i64, String, Option<String>);
+fn summary(page: &EventPage) -> Vec<EventSummary> {
+    let text = |b: &Bytes| String::from_utf8(b.to_vec()).unwrap();
+    page.events
+        .iter()
+        .map(|e| {
+            let kv = e.kv.clone().unwrap();
+            (
+                e.r#type,
+                text(&kv.key),
+                kv.mod_revision,
+                text(&kv.value),
+                e.prev_kv.as_ref().map(|p| text(&p.value)),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn events_replay_history_in_order_with_prev_kv_and_never_split_a_revision() {
+    const PUT: i32 = 0;
+    const DELETE: i32 = 1;
+    let mut h = Harness::new();
+    h.put("a", "1"); // 2
+    h.put("b", "1"); // 3
+    h.apply(C::Txn(TxnRequest {
+        success: vec![
+            op(Op::RequestPut(PutRequest {
+                key: b("a"),
+                value: b("2"),
+                ..Default::default()
+            })),
+            op(Op::RequestDeleteRange(DeleteRangeRequest {
+                key: b("b"),
+                ..Default::default()
+            })),
+        ],
+        ..Default::default()
+    })); // 4
+    h.put("c", "1"); // 5
+    h.delete("a", ""); // 6
+    let store = h.store.clone();
+    let all = |from, to, prev_kv, limit| store.events(from, to, &[0], &[0], prev_kv, limit);
+
+    let page = all(2, 6, true, 100).unwrap();
+    assert_eq!(page.through, 6);
+    let s = |x: &str| x.to_owned();
+    assert_eq!(
+        summary(&page),
+        vec![
+            (PUT, s("a"), 2, s("1"), None),
+            (PUT, s("b"), 3, s("1"), None),
+            (PUT, s("a"), 4, s("2"), Some(s("1"))),
+            (DELETE, s("b"), 4, s(""), Some(s("1"))),
+            (PUT, s("c"), 5, s("1"), None),
+            (DELETE, s("a"), 6, s(""), Some(s("2"))),
+        ]
+    );
+    // A delete's kv is its key and revision only, as etcd sends it.
+    let deleted = page.events[3].kv.clone().unwrap();
+    assert_eq!((deleted.version, deleted.create_revision), (0, 0));
+    assert!(all(2, 6, false, 100)
+        .unwrap()
+        .events
+        .iter()
+        .all(|e| e.prev_kv.is_none()));
+
+    // The limit is reached inside revision 4: the page still takes all of it.
+    let first = all(2, 6, false, 3).unwrap();
+    assert_eq!((first.events.len(), first.through), (4, 4));
+    let rest = all(first.through + 1, 6, false, 3).unwrap();
+    assert_eq!((rest.events.len(), rest.through), (2, 6));
+
+    // Only the watched keys; beyond the current revision; nothing yet.
+    let only_a = h.store.events(1, 100, b"a", &[], false, 100).unwrap();
+    let revisions: Vec<i64> = summary(&only_a).iter().map(|e| e.2).collect();
+    assert_eq!((revisions, only_a.through), (vec![2, 4, 6], 6));
+    assert_eq!(
+        all(7, 100, false, 100).unwrap(),
+        EventPage {
+            events: vec![],
+            through: 6
+        }
+    );
+
+    // After compacting at 4, a replay may start at 4 (whose versions before it are
+    // gone, so no prev_kv) but not below.
+    h.apply(C::Compaction(CompactionRequest {
+        revision: 4,
+        physical: true,
+    }));
+    assert!(matches!(all(3, 6, true, 100), Err(StoreError::Compacted)));
+    assert_eq!(
+        summary(&all(4, 6, true, 100).unwrap()),
+        vec![
+            (PUT, s("a"), 4, s("2"), None),
+            (DELETE, s("b"), 4, s(""), None),
+            (PUT, s("c"), 5, s("1"), None),
+            (DELETE, s("a"), 6, s(""), Some(s("2"))),
+        ]
+    );
+}

@@ -1,0 +1,125 @@
+//! Reading the change log: the events of a run of revisions, in order, as a watch
+//! replays them from history.
+//!
+//! This module owns turning `history` entries into etcd's `mvccpb::Event`s: each put's
+//! record read from `kv`, each delete as its key and revision, and, when asked, the
+//! key's version just before, all from one RocksDB snapshot. It must never write, and
+//! never split a revision: a page ends only after the last event of a revision.
+
+use rocksdb::ReadOptions;
+
+use super::encoding::{escape_key, history_key, version_key, HistoryEntry};
+use super::range::{in_range, key_value, Reader};
+use super::{RevisionStore, StoreError, CF_HISTORY, CF_KV};
+use crate::proto::mvccpb::event::EventType;
+use crate::proto::mvccpb::{Event, KeyValue};
+
+/// Events of consecutive revisions, from a page's first revision on.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EventPage {
+    pub events: Vec<Event>,
+    /// Every event up to this revision is in `events` (those of the watched keys); the
+    /// next page starts after it.
+    pub through: i64,
+}
+
+impl RevisionStore {
+    /// The events of revisions `from..=to` on keys in etcd's range (`key`, `range_end`),
+    /// with each key's previous version when `prev_kv`. Stops after the revision that
+    /// brings the page to `limit` events (so a page may exceed it to finish a revision),
+    /// and at the current revision. `from` at or below the compacted revision is
+    /// [`StoreError::Compacted`], except the compacted revision itself, whose events
+    /// the store keeps (as etcd, a watch may start there).
+    pub fn events(
+        &self,
+        from: i64,
+        to: i64,
+        key: &[u8],
+        range_end: &[u8],
+        prev_kv: bool,
+        limit: usize,
+    ) -> Result<EventPage, StoreError> {
+        let snapshot = self.db.snapshot();
+        let reader = Reader::new(self, &snapshot)?;
+        let revisions = reader.revisions();
+        if from < revisions.compacted {
+            return Err(StoreError::Compacted);
+        }
+        let to = to.min(revisions.current);
+        let mut page = EventPage {
+            events: Vec::new(),
+            through: from - 1,
+        };
+        if from > to {
+            return Ok(page);
+        }
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&snapshot);
+        opts.set_iterate_upper_bound(history_key(to + 1, 0).to_vec());
+        let mut it = self.db.raw_iterator_cf_opt(self.cf(CF_HISTORY)?, opts);
+        it.seek(history_key(from.max(1), 0));
+        while let (Some(raw_key), Some(raw)) = (it.key(), it.value()) {
+            let revision = history_revision(raw_key)?;
+            if revision > page.through && page.events.len() >= limit {
+                // The previous revision was the last one this page takes.
+                return Ok(page);
+            }
+            page.through = revision;
+            let entry = HistoryEntry::decode(raw)?;
+            if in_range(&entry.key, key, range_end) {
+                page.events
+                    .push(self.event(&snapshot, &reader, revision, entry, prev_kv)?);
+            }
+            it.next();
+        }
+        it.status()?;
+        page.through = to;
+        Ok(page)
+    }
+
+    fn event(
+        &self,
+        snapshot: &rocksdb::Snapshot<'_>,
+        reader: &Reader<'_>,
+        revision: i64,
+        entry: HistoryEntry,
+        prev_kv: bool,
+    ) -> Result<Event, StoreError> {
+        let prev_kv = if prev_kv {
+            // None once compacted away: etcd then leaves prev_kv out too.
+            reader.get(&entry.key, revision - 1)?
+        } else {
+            None
+        };
+        if entry.deleted {
+            return Ok(Event {
+                r#type: EventType::Delete.into(),
+                kv: Some(KeyValue {
+                    key: entry.key.into(),
+                    mod_revision: revision,
+                    ..Default::default()
+                }),
+                prev_kv,
+            });
+        }
+        let record = snapshot
+            .get_cf(
+                self.cf(CF_KV)?,
+                version_key(&escape_key(&entry.key), revision),
+            )?
+            .ok_or_else(|| StoreError::corrupt("history names a version kv lacks"))?;
+        Ok(Event {
+            r#type: EventType::Put.into(),
+            kv: Some(key_value(&entry.key, revision, &record, true)?),
+            prev_kv,
+        })
+    }
+}
+
+fn history_revision(raw_key: &[u8]) -> Result<i64, StoreError> {
+    raw_key
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(|b: [u8; 8]| u64::from_be_bytes(b) as i64)
+        .ok_or_else(|| StoreError::corrupt("short history key"))
+}
