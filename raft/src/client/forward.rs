@@ -55,27 +55,6 @@ pub(super) struct Forwarder {
 }
 
 impl Forwarder {
-    /// Sends `command` to `leader` on the shared stream, opening one if needed, and waits
-    /// for what becomes of it, with the stream it went on. The caller bounds the wait,
-    /// and closes the stream when it gives up or the command was not answered.
-    pub(super) async fn forward(
-        &self,
-        channels: &PeerChannels,
-        leader: NodeId,
-        member: &Member,
-        command: Bytes,
-        linger: Duration,
-    ) -> Result<(Delivery, StreamHandle), DialError> {
-        let stream = self.stream_to(channels, leader, member, linger).await?;
-        let handle = StreamHandle(stream.clone());
-        let (reply, answer) = oneshot::channel();
-        if stream.queue.send(Queued { command, reply }).is_err() {
-            return Ok((Delivery::NotSent, handle));
-        }
-        // A writer dropped without an answer was never handed to the stream.
-        Ok((answer.await.unwrap_or(Delivery::NotSent), handle))
-    }
-
     /// Stops using `stream` (a write timed out on it, or it ended): the next write dials
     /// a fresh connection and opens a new stream.
     pub(super) fn close(&self, stream: &StreamHandle, channels: &PeerChannels) {
@@ -87,29 +66,24 @@ impl Forwarder {
         channels.discard(stream.0.leader, Lane::Forward, &stream.0.channel);
     }
 
-    /// [`close`](Self::close) for a writer that gave up without its stream at hand.
-    pub(super) fn close_to(&self, leader: NodeId, channels: &PeerChannels) {
-        let open = self.lock().clone().filter(|s| s.leader == leader);
-        if let Some(stream) = open {
-            self.close(&StreamHandle(stream), channels);
-        }
-    }
-
-    async fn stream_to(
+    /// The shared stream to `leader`, opened (and the leader dialled) if there is none.
+    /// Once the stream's queue closes (it was replaced or closed), it waits at most
+    /// `linger` for the answers still due.
+    pub(super) async fn stream_to(
         &self,
         channels: &PeerChannels,
         leader: NodeId,
         member: &Member,
         linger: Duration,
-    ) -> Result<Arc<ForwardStream>, DialError> {
+    ) -> Result<StreamHandle, DialError> {
         if let Some(open) = self.open_stream(leader) {
-            return Ok(open);
+            return Ok(StreamHandle(open));
         }
         let channel = channels.get(leader, member, Lane::Forward).await?;
         let mut current = self.lock();
         // Another write may have opened one while this one dialled.
         if let Some(open) = current.as_ref().filter(|s| is_usable(s, leader)) {
-            return Ok(open.clone());
+            return Ok(StreamHandle(open.clone()));
         }
         let (queue, queued) = mpsc::unbounded_channel();
         let stream = Arc::new(ForwardStream {
@@ -121,7 +95,7 @@ impl Forwarder {
         // commands it sent and ends.
         *current = Some(stream.clone());
         tokio::spawn(run_stream(leader, channel, queued, linger));
-        Ok(stream)
+        Ok(StreamHandle(stream))
     }
 
     fn open_stream(&self, leader: NodeId) -> Option<Arc<ForwardStream>> {
@@ -143,8 +117,18 @@ fn is_usable(stream: &ForwardStream, leader: NodeId) -> bool {
     stream.leader == leader && !stream.queue.is_closed()
 }
 
-/// The stream a command went on, to close it if the command's writer gives up.
+/// One open stream, to send on and to close if a command's writer gives up on it.
 pub(super) struct StreamHandle(Arc<ForwardStream>);
+
+impl StreamHandle {
+    /// Queues `command` on the stream; the receiver hears what becomes of it. `None`
+    /// when the stream had already ended (the command was not sent).
+    pub(super) fn send(&self, command: Bytes) -> Option<oneshot::Receiver<Delivery>> {
+        let (reply, answer) = oneshot::channel();
+        self.0.queue.send(Queued { command, reply }).ok()?;
+        Some(answer)
+    }
+}
 
 /// Drives one stream: batches queued commands into messages, hands each answer to its
 /// writer, and when the stream ends tells every writer still waiting that its command

@@ -96,28 +96,40 @@ where
             reason: WriteError::NoLeader,
         };
         let linger = self.options.request_timeout;
-        let forwarded =
-            self.forwarder
-                .forward(&self.channels, leader, member, cmd.0.clone(), linger);
-        let outcome = match tokio::time::timeout_at(deadline, forwarded).await {
-            Ok(Ok((Delivery::Answered(outcome), _))) => outcome,
-            Ok(Ok((Delivery::NotSent, stream))) => {
-                // The stream could not open or had ended: the next attempt dials anew.
-                self.forwarder.close(&stream, &self.channels);
-                return not_sent;
-            }
-            Ok(Ok((Delivery::Lost, stream))) => {
-                self.forwarder.close(&stream, &self.channels);
-                tracing::debug!(leader, "forwarding stream broke; write fate unknown");
-                return Attempt::Failed(WriteError::Timeout);
-            }
+        let opened = self
+            .forwarder
+            .stream_to(&self.channels, leader, member, linger);
+        let stream = match tokio::time::timeout_at(deadline, opened).await {
+            Ok(Ok(stream)) => stream,
             Ok(Err(e)) => {
                 tracing::debug!(leader, error = %e, "cannot reach leader to forward a write");
                 return not_sent;
             }
-            Err(_) => {
-                // The stream may be stuck on a dead connection: the next write dials anew.
-                self.forwarder.close_to(leader, &self.channels);
+            Err(_) => return not_sent,
+        };
+        let delivery = match stream.send(cmd.0.clone()) {
+            Some(answer) => match tokio::time::timeout_at(deadline, answer).await {
+                // A writer dropped without an answer was never handed to the stream.
+                Ok(delivery) => delivery.unwrap_or(Delivery::NotSent),
+                Err(_) => {
+                    // The stream may be stuck on a dead connection: the next write
+                    // dials anew.
+                    self.forwarder.close(&stream, &self.channels);
+                    return Attempt::Failed(WriteError::Timeout);
+                }
+            },
+            None => Delivery::NotSent,
+        };
+        let outcome = match delivery {
+            Delivery::Answered(outcome) => outcome,
+            Delivery::NotSent => {
+                // The stream could not open or had ended: the next attempt dials anew.
+                self.forwarder.close(&stream, &self.channels);
+                return not_sent;
+            }
+            Delivery::Lost => {
+                self.forwarder.close(&stream, &self.channels);
+                tracing::debug!(leader, "forwarding stream broke; write fate unknown");
                 return Attempt::Failed(WriteError::Timeout);
             }
         };
