@@ -134,6 +134,14 @@ pub fn history_key(main: i64, sub: u32) -> [u8; 12] {
     out
 }
 
+/// The main revision of a `history` key.
+pub fn history_revision(raw: &[u8]) -> Result<i64, StoreError> {
+    raw.get(..REVISION_LEN)
+        .and_then(|b| <[u8; REVISION_LEN]>::try_from(b).ok())
+        .map(|b| u64::from_be_bytes(b) as i64)
+        .ok_or_else(|| StoreError::corrupt("short history key"))
+}
+
 /// One stored version of a key: what the `kv` column family holds under
 /// `version_key(key, mod_revision)`. A tombstone marks the key deleted at that revision.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,11 +6,9 @@
 //! key's version just before, all from one RocksDB snapshot. It must never write, and
 //! never split a revision: a page ends only after the last event of a revision.
 
-use rocksdb::ReadOptions;
-
-use super::encoding::{escape_key, history_key, version_key, HistoryEntry};
-use super::range::{in_range, key_value, Reader};
-use super::{RevisionStore, StoreError, CF_HISTORY, CF_KV};
+use super::encoding::{history_key, history_revision, HistoryEntry};
+use super::range::{in_range, Reader};
+use super::{RevisionStore, StoreError, CF_HISTORY};
 use crate::proto::mvccpb::event::EventType;
 use crate::proto::mvccpb::{Event, KeyValue};
 
@@ -53,10 +51,7 @@ impl RevisionStore {
         if from > to {
             return Ok(page);
         }
-        let mut opts = ReadOptions::default();
-        opts.set_snapshot(&snapshot);
-        opts.set_iterate_upper_bound(history_key(to + 1, 0).to_vec());
-        let mut it = self.db.raw_iterator_cf_opt(self.cf(CF_HISTORY)?, opts);
+        let mut it = reader.iterator(CF_HISTORY, Some(history_key(to + 1, 0).to_vec()))?;
         it.seek(history_key(from.max(1), 0));
         while let (Some(raw_key), Some(raw)) = (it.key(), it.value()) {
             let revision = history_revision(raw_key)?;
@@ -67,8 +62,7 @@ impl RevisionStore {
             page.through = revision;
             let entry = HistoryEntry::decode(raw)?;
             if in_range(&entry.key, key, range_end) {
-                page.events
-                    .push(self.event(&snapshot, &reader, revision, entry, prev_kv)?);
+                page.events.push(event(&reader, revision, entry, prev_kv)?);
             }
             it.next();
         }
@@ -76,50 +70,38 @@ impl RevisionStore {
         page.through = to;
         Ok(page)
     }
-
-    fn event(
-        &self,
-        snapshot: &rocksdb::Snapshot<'_>,
-        reader: &Reader<'_>,
-        revision: i64,
-        entry: HistoryEntry,
-        prev_kv: bool,
-    ) -> Result<Event, StoreError> {
-        let prev_kv = if prev_kv {
-            // None once compacted away: etcd then leaves prev_kv out too.
-            reader.get(&entry.key, revision - 1)?
-        } else {
-            None
-        };
-        if entry.deleted {
-            return Ok(Event {
-                r#type: EventType::Delete.into(),
-                kv: Some(KeyValue {
-                    key: entry.key.into(),
-                    mod_revision: revision,
-                    ..Default::default()
-                }),
-                prev_kv,
-            });
-        }
-        let record = snapshot
-            .get_cf(
-                self.cf(CF_KV)?,
-                version_key(&escape_key(&entry.key), revision),
-            )?
-            .ok_or_else(|| StoreError::corrupt("history names a version kv lacks"))?;
-        Ok(Event {
-            r#type: EventType::Put.into(),
-            kv: Some(key_value(&entry.key, revision, &record, true)?),
-            prev_kv,
-        })
-    }
 }
 
-fn history_revision(raw_key: &[u8]) -> Result<i64, StoreError> {
-    raw_key
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .map(|b: [u8; 8]| u64::from_be_bytes(b) as i64)
-        .ok_or_else(|| StoreError::corrupt("short history key"))
+/// The event `entry` records at `revision`, as a watch sends it.
+fn event(
+    reader: &Reader<'_>,
+    revision: i64,
+    entry: HistoryEntry,
+    prev_kv: bool,
+) -> Result<Event, StoreError> {
+    let prev_kv = if prev_kv {
+        // None once compacted away: etcd then leaves prev_kv out too.
+        reader.get(&entry.key, revision - 1)?
+    } else {
+        None
+    };
+    if entry.deleted {
+        return Ok(Event {
+            r#type: EventType::Delete.into(),
+            kv: Some(KeyValue {
+                key: entry.key.into(),
+                mod_revision: revision,
+                ..Default::default()
+            }),
+            prev_kv,
+        });
+    }
+    let kv = reader
+        .written_at(&entry.key, revision)?
+        .ok_or_else(|| StoreError::corrupt("history names a version kv lacks"))?;
+    Ok(Event {
+        r#type: EventType::Put.into(),
+        kv: Some(kv),
+        prev_kv,
+    })
 }

@@ -12,8 +12,8 @@ use bytes::Bytes;
 use rocksdb::{DBRawIterator, ReadOptions, Snapshot};
 
 use super::encoding::{
-    after_all_versions, kv_bounds, split_latest_value, split_version_key, unescape_key_into,
-    version_key, StoredVersion,
+    after_all_versions, escape_key, kv_bounds, split_latest_value, split_version_key,
+    unescape_key_into, version_key, StoredVersion,
 };
 use super::meta::Revisions;
 use super::{RevisionStore, StoreError, CF_KV, CF_LATEST};
@@ -74,7 +74,12 @@ impl<'a> Reader<'a> {
         opts
     }
 
-    fn iterator(&self, cf: &str, upper: Option<Vec<u8>>) -> Result<DBRawIterator<'a>, StoreError> {
+    /// An iterator over column family `cf` as this reader sees it, below `upper`.
+    pub(super) fn iterator(
+        &self,
+        cf: &str,
+        upper: Option<Vec<u8>>,
+    ) -> Result<DBRawIterator<'a>, StoreError> {
         let opts = self.read_options(upper);
         Ok(self.store.db.raw_iterator_cf_opt(self.store.cf(cf)?, opts))
     }
@@ -168,6 +173,20 @@ impl<'a> Reader<'a> {
             skip_versions(&mut it, &escaped);
         }
         it.status().map_err(StoreError::from)
+    }
+
+    /// The version of `key` written at exactly `revision` (a put's), if any: one point
+    /// lookup, where [`get`](Self::get) finds the version live at a revision.
+    pub fn written_at(&self, key: &[u8], revision: i64) -> Result<Option<KeyValue>, StoreError> {
+        let opts = self.read_options(None);
+        let kv = self.store.cf(CF_KV)?;
+        let found =
+            self.store
+                .db
+                .get_pinned_cf_opt(kv, version_key(&escape_key(key), revision), &opts)?;
+        found
+            .map(|raw| key_value(key, revision, &raw, true))
+            .transpose()
     }
 
     /// The version of `key` live at revision `at`, if any.

@@ -76,14 +76,14 @@ impl Forwarder {
         member: &Member,
         linger: Duration,
     ) -> Result<StreamHandle, DialError> {
-        if let Some(open) = self.open_stream(leader) {
+        if let Some(open) = usable(&self.lock(), leader) {
             return Ok(StreamHandle(open));
         }
         let channel = channels.get(leader, member, Lane::Forward).await?;
         let mut current = self.lock();
         // Another write may have opened one while this one dialled.
-        if let Some(open) = current.as_ref().filter(|s| is_usable(s, leader)) {
-            return Ok(StreamHandle(open.clone()));
+        if let Some(open) = usable(&current, leader) {
+            return Ok(StreamHandle(open));
         }
         let (queue, queued) = mpsc::unbounded_channel();
         let stream = Arc::new(ForwardStream {
@@ -98,13 +98,6 @@ impl Forwarder {
         Ok(StreamHandle(stream))
     }
 
-    fn open_stream(&self, leader: NodeId) -> Option<Arc<ForwardStream>> {
-        self.lock()
-            .as_ref()
-            .filter(|s| is_usable(s, leader))
-            .cloned()
-    }
-
     fn lock(&self) -> MutexGuard<'_, Option<Arc<ForwardStream>>> {
         // The slot holds no invariant a panicking holder could break; keep serving.
         self.current
@@ -113,8 +106,11 @@ impl Forwarder {
     }
 }
 
-fn is_usable(stream: &ForwardStream, leader: NodeId) -> bool {
-    stream.leader == leader && !stream.queue.is_closed()
+/// The stream in `slot` if it goes to `leader` and still takes commands.
+fn usable(slot: &Option<Arc<ForwardStream>>, leader: NodeId) -> Option<Arc<ForwardStream>> {
+    slot.as_ref()
+        .filter(|s| s.leader == leader && !s.queue.is_closed())
+        .cloned()
 }
 
 /// One open stream, to send on and to close if a command's writer gives up on it.
@@ -183,21 +179,15 @@ async fn run_stream(
                     batch = Some(pb::ProposeCommandsRequest { commands });
                 }
             },
-            room = reserve(requests.as_ref()), if batch.is_some() => {
-                let Some(message) = batch.take() else { continue };
-                match room {
-                    Some(permit) => permit.send(message),
-                    None => {
-                        // The transport ended before this message went out.
-                        for command in &message.commands {
-                            if let Some(writer) = waiting.remove(&command.id) {
-                                let _ = writer.send(Delivery::NotSent);
-                            }
-                        }
-                        break;
-                    }
+            room = reserve(requests.as_ref()), if batch.is_some() => match (room, batch.take()) {
+                (Some(permit), Some(message)) => permit.send(message),
+                // The transport ended: the message left unsent is answered below.
+                (None, message) => {
+                    batch = message;
+                    break;
                 }
-            }
+                (Some(_), None) => {}
+            },
             answer = answers.message() => match answer {
                 Ok(Some(response)) => {
                     for outcome in response.outcomes {
