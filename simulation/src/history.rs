@@ -2,8 +2,12 @@
 //! whether two runs of a seed were the same run.
 //!
 //! This module owns [`History`] (shared by every client host of one simulation),
-//! [`Operation`] and its parts. It records; it never judges (the checker does) and
-//! never talks to the cluster.
+//! [`Operation`] and its parts, and (in `watch`) [`WatchLog`], what one watch client
+//! saw. It records; it never judges (the checkers do) and never talks to the cluster.
+
+mod watch;
+
+pub use watch::{EventKind, WatchEntry, WatchEvent, WatchLog, WatchResponseRecord};
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
