@@ -4,13 +4,17 @@
 //! small key set, reads each key back, and fails over to the next member on any
 //! error) and [`Mixed`] (a seeded mix of Put, linearizable and serializable Range, Txn
 //! compare-and-swap, DeleteRange and Compact sent to seed-chosen members, as a
-//! Kubernetes API server would), and how each request is sent (`execute`). Every
-//! request goes into a [`History`]. It must never judge the results (the checkers do)
-//! and never inject faults.
+//! Kubernetes API server would), [`WatchClient`] (one etcd watch over the others'
+//! keys for the whole run, resumed on another member whenever it fails, as an informer
+//! holds one), and how each request is sent (`execute`). Every request goes into a
+//! [`History`], every watch response into a [`crate::history::WatchLog`]. It must never
+//! judge the results (the checkers do) and never inject faults.
 
 mod mixed;
+mod watch;
 
 pub use mixed::{Mix, Mixed, WritesInFlight};
+pub use watch::{WatchClient, WatchTarget};
 
 use std::time::Duration;
 
