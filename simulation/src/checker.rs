@@ -17,10 +17,17 @@
 //!   and Cas is there on every member, unless a Compact the clients sent removed that
 //!   revision;
 //! - read snapshots ([`check_read_snapshots`]): every read, serializable ones
-//!   included, answered with its key's state at the revision in its own header.
+//!   included, answered with its key's state at the revision in its own header;
+//! - watches ([`check_watches`], in `watch`): what watch clients saw keeps etcd's
+//!   watch guarantees (ordered, unique, reliable, atomic, bookmarkable, correct
+//!   `prev_kv`, the same events through every member), judged from their logs.
 //!
 //! It must never change the cluster (reads only) and never excuse a violation: a check
 //! that cannot decide (e.g. a member that does not answer) reports it as a violation.
+
+mod watch;
+
+pub use watch::check_watches;
 
 use std::collections::BTreeMap;
 use std::fmt;

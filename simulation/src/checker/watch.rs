@@ -1,0 +1,1058 @@
+//! etcd's watch guarantees, judged from what watch clients saw and what the other
+//! clients wrote.
+//!
+//! This module owns [`check_watches`]: given every watcher's [`WatchLog`] and the
+//! clients' operations, it reports, for each watcher (through every resume):
+//! - ordered (`watch-ordered`): event revisions never go backwards;
+//! - unique (`watch-unique`): no (revision, key) is delivered twice;
+//! - reliable (`watch-reliable`): every acknowledged write within the revisions the
+//!   watcher vouches for (from where it started to the last revision it knows
+//!   delivered, less what a compaction cancel skipped) is delivered with its key,
+//!   kind and value, and every event is a write a client sent (acknowledged at that
+//!   revision, or of unknown outcome on that key and value);
+//! - atomic (`watch-atomic`): a revision's events all come in one response;
+//! - bookmarkable (`watch-bookmarkable`): after a progress notification (or the
+//!   creation of a watch from "now") at revision R, no event at or below R follows,
+//!   and every acknowledged write up to R was delivered before it;
+//! - prev_kv (`watch-prev-kv`): an event's `prev_kv` is the previous event of its key
+//!   the watcher saw (absent after a delete, and for a key's creation), and names a
+//!   value some write put at that revision; versions (`watch-versions`): a put counts
+//!   versions and keeps its creation revision as the key's earlier events say;
+//! - compaction (`watch-compaction`): a cancel for compaction names a revision a Compact
+//!   asked for, above the watch's start;
+//! - liveness (`watch-liveness`): a watcher given a target revision delivered it;
+//!
+//! and across watchers (`watch-same-events`): on the revisions two watchers both vouch
+//! for, possibly through different members, their events are identical.
+//!
+//! It reads logs only: it must never talk to the cluster, and never excuse a violation
+//! it can decide. Where etcd allows a difference (a `prev_kv` a compaction may have
+//! removed, a write of unknown outcome that may or may not exist) it accepts both.
+//! It reports at most one violation per watcher and property (per pair of watchers for
+//! `watch-same-events`), the first found, so that one bug does not bury the others.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::{compactable, Violation};
+use crate::history::{
+    EventKind, Op, Operation, WatchEntry, WatchEvent, WatchLog, WatchResponseRecord,
+};
+
+/// Every watch guarantee over every log in `logs`, against the clients' `operations`
+/// (the only writers); see the module docs. Empty if they all hold.
+pub fn check_watches(logs: &[WatchLog], operations: &[Operation]) -> Vec<Violation> {
+    let writes = Writes::new(operations);
+    let mut report = Report::default();
+    let entries: Vec<Vec<WatchEntry>> = logs.iter().map(WatchLog::entries).collect();
+    let watchers: Vec<Watcher<'_>> = logs
+        .iter()
+        .zip(&entries)
+        .map(|(log, entries)| Watcher::walk(log, entries, &writes, &mut report))
+        .collect();
+    for watcher in &watchers {
+        watcher.check_reliable(&writes, &mut report);
+        watcher.check_events_were_written(&writes, &mut report);
+        watcher.check_prev_kv(&writes, &mut report);
+    }
+    for (i, a) in watchers.iter().enumerate() {
+        for b in &watchers[i + 1..] {
+            check_same_events(a, b, &mut report);
+        }
+    }
+    report.violations
+}
+
+/// What a client's write should look like as a watch event.
+#[derive(Clone, Copy, Debug)]
+struct Write<'a> {
+    op: &'a Operation,
+    key: &'a str,
+    kind: EventKind,
+    /// The value put; `None` for a delete.
+    value: Option<&'a str>,
+}
+
+impl<'a> Write<'a> {
+    fn of(op: &'a Operation) -> Option<Self> {
+        let (key, kind, value) = match &op.op {
+            Op::Put { key, value } | Op::Cas { key, value, .. } => {
+                (key, EventKind::Put, Some(value.as_str()))
+            }
+            Op::Delete { key } => (key, EventKind::Delete, None),
+            Op::Get { .. } | Op::Compact { .. } => return None,
+        };
+        Some(Write {
+            op,
+            key,
+            kind,
+            value,
+        })
+    }
+
+    /// True if `event` is this write: same key, same kind, same value for a put.
+    fn made(&self, event: &WatchEvent) -> bool {
+        event.key == self.key
+            && event.kind == self.kind
+            && self.value.is_none_or(|value| value == event.value)
+    }
+}
+
+/// The clients' writes, indexed for the checks.
+struct Writes<'a> {
+    /// Acknowledged writes by revision.
+    acknowledged: BTreeMap<i64, Write<'a>>,
+    /// Writes of unknown outcome: they may have made any revision.
+    indefinite: Vec<Write<'a>>,
+    /// The highest revision a Compact (answered or not) asked for.
+    compactable: i64,
+}
+
+impl<'a> Writes<'a> {
+    fn new(operations: &'a [Operation]) -> Self {
+        let mut acknowledged = BTreeMap::new();
+        let mut indefinite = Vec::new();
+        for op in operations {
+            let Some(write) = Write::of(op) else {
+                continue;
+            };
+            if let Some(revision) = op.written_revision() {
+                acknowledged.insert(revision, write);
+            } else if op.is_indefinite_write() {
+                indefinite.push(write);
+            }
+        }
+        Writes {
+            acknowledged,
+            indefinite,
+            compactable: compactable(operations),
+        }
+    }
+
+    /// Acknowledged writes in `lo..=hi` on keys under `prefix`.
+    fn watched<'s>(
+        &'s self,
+        prefix: &'s str,
+        lo: i64,
+        hi: i64,
+    ) -> impl Iterator<Item = (i64, &'s Write<'a>)> + 's {
+        // BTreeMap::range panics on a reversed range.
+        let range = if lo <= hi {
+            self.acknowledged.range(lo..=hi)
+        } else {
+            self.acknowledged.range(0..0)
+        };
+        range
+            .filter(move |(_, write)| write.key.starts_with(prefix))
+            .map(|(revision, write)| (*revision, write))
+    }
+}
+
+/// Violations found so far, at most one per (who, property).
+#[derive(Default)]
+struct Report {
+    violations: Vec<Violation>,
+    reported: BTreeSet<(String, &'static str)>,
+}
+
+impl Report {
+    fn add(&mut self, who: &str, property: &'static str, detail: impl FnOnce() -> String) {
+        if self.reported.insert((who.to_owned(), property)) {
+            self.violations
+                .push(Violation::new(property, format!("{who}: {}", detail())));
+        }
+    }
+}
+
+/// One event a watcher got, and where from.
+struct Delivered<'e> {
+    event: &'e WatchEvent,
+    member: &'e str,
+    at: Duration,
+    /// Compaction cancels before it: the events of one segment came with no revision
+    /// skipped in between.
+    segment: usize,
+}
+
+impl Delivered<'_> {
+    fn revision(&self) -> i64 {
+        self.event.mod_revision
+    }
+}
+
+/// `event (from member at time)`, for violation details.
+fn describe(delivered: &Delivered<'_>) -> String {
+    format!(
+        "{} (from {} at {:.3}s)",
+        delivered.event,
+        delivered.member,
+        delivered.at.as_secs_f64()
+    )
+}
+
+/// What one watcher's log shows, once walked.
+struct Watcher<'e> {
+    name: &'e str,
+    prefix: &'e str,
+    /// Every event, in the order it came.
+    delivered: Vec<Delivered<'e>>,
+    /// Index into `delivered` by (revision, key); the first if there were two.
+    by_revision_key: BTreeMap<(i64, &'e str), usize>,
+    /// Revision ranges (inclusive, ascending, disjoint) in which the watcher vouches
+    /// it saw every event.
+    spans: Vec<(i64, i64)>,
+}
+
+impl<'e> Watcher<'e> {
+    /// Walks `entries` (of `log`) in order, checking on the way what depends on order:
+    /// ordering, uniqueness, atomicity, bookmarks, compaction cancels, liveness.
+    fn walk(
+        log: &'e WatchLog,
+        entries: &'e [WatchEntry],
+        writes: &Writes<'_>,
+        report: &mut Report,
+    ) -> Self {
+        let name = log.watcher();
+        let mut watcher = Watcher {
+            name,
+            prefix: log.prefix(),
+            delivered: Vec::new(),
+            by_revision_key: BTreeMap::new(),
+            spans: Vec::new(),
+        };
+        // The highest event revision so far, and the highest revision a progress
+        // notification (or a watch from now) vouched for.
+        let (mut high_event, mut mark) = (0i64, 0i64);
+        // Where the span being walked began; `None` before the first one.
+        let mut open: Option<i64> = None;
+        // Writes up to this revision are known delivered before the last bookmark.
+        let mut bookmarked = 0i64;
+        // The watch being walked: where it started (0: from now).
+        let mut start_revision = 0i64;
+        let mut segment = 0usize;
+        let mut responses = 0usize;
+        let mut response_of_revision: BTreeMap<i64, usize> = BTreeMap::new();
+        // Why the last watch ended, for a liveness violation.
+        let mut last_end: Option<&str> = None;
+        for entry in entries {
+            let response = match entry {
+                WatchEntry::Started {
+                    start_revision: start,
+                    ..
+                } => {
+                    start_revision = *start;
+                    if open.is_none() && watcher.spans.is_empty() && *start > 0 {
+                        open = Some(*start);
+                    }
+                    continue;
+                }
+                WatchEntry::Finished {
+                    delivered,
+                    target: Some(target),
+                    at,
+                } if delivered < target => {
+                    report.add(name, "watch-liveness", || {
+                        format!(
+                            "stopped at {:.3}s having delivered up to revision {delivered}, \
+                             short of revision {target}, the last acknowledged write (its \
+                             last watch ended: {})",
+                            at.as_secs_f64(),
+                            last_end.unwrap_or("never opened")
+                        )
+                    });
+                    continue;
+                }
+                WatchEntry::Ended { reason, .. } => {
+                    last_end = Some(reason);
+                    continue;
+                }
+                WatchEntry::Response(response) => response,
+                WatchEntry::Finished { .. } => continue,
+            };
+            let index = responses;
+            responses += 1;
+            let last = high_event.max(mark);
+            if response.canceled && response.compact_revision > 0 {
+                let compacted = response.compact_revision;
+                if compacted > writes.compactable {
+                    report.add(name, "watch-compaction", || {
+                        format!(
+                            "{} canceled the watch at compact revision {compacted}, but no \
+                             Compact asked for more than {}",
+                            where_from(response),
+                            writes.compactable
+                        )
+                    });
+                }
+                if compacted <= start_revision || start_revision == 0 {
+                    report.add(name, "watch-compaction", || {
+                        format!(
+                            "{} canceled a watch from revision {start_revision} as compacted \
+                             at {compacted}: its start was not compacted",
+                            where_from(response)
+                        )
+                    });
+                }
+                if compacted > last + 1 {
+                    // Revisions last+1..=compacted-1 are gone: the watcher vouches for
+                    // nothing there. Revision `compacted` itself may come or not (etcd
+                    // keeps a put there, not a delete).
+                    if let Some(lo) = open.take() {
+                        if last >= lo {
+                            watcher.spans.push((lo, last));
+                        }
+                    }
+                    open = Some(compacted + 1);
+                    segment += 1;
+                }
+            }
+            let before = high_event;
+            let mut previous_in_response = 0i64;
+            for event in &response.events {
+                let revision = event.mod_revision;
+                let delivered = Delivered {
+                    event,
+                    member: &response.member,
+                    at: response.at,
+                    segment,
+                };
+                if revision < before || revision < previous_in_response {
+                    report.add(name, "watch-ordered", || {
+                        format!(
+                            "{} came after an event at revision {}",
+                            describe(&delivered),
+                            before.max(previous_in_response)
+                        )
+                    });
+                }
+                if revision <= mark {
+                    report.add(name, "watch-bookmarkable", || {
+                        format!(
+                            "{} came after a progress notification at revision {mark}",
+                            describe(&delivered)
+                        )
+                    });
+                }
+                if let Some(first) = watcher.by_revision_key.get(&(revision, event.key.as_str())) {
+                    let first = &watcher.delivered[*first];
+                    report.add(name, "watch-unique", || {
+                        format!(
+                            "{} was delivered twice, first as {}",
+                            describe(&delivered),
+                            describe(first)
+                        )
+                    });
+                } else {
+                    watcher
+                        .by_revision_key
+                        .insert((revision, &event.key), watcher.delivered.len());
+                }
+                let first_response = *response_of_revision.entry(revision).or_insert(index);
+                if first_response != index {
+                    report.add(name, "watch-atomic", || {
+                        format!(
+                            "{} came in response {index}, but revision {revision} already had \
+                             events in response {first_response}",
+                            describe(&delivered)
+                        )
+                    });
+                }
+                // A watch from now that sent an event before its creation: the watcher
+                // vouches for everything from that event on.
+                open.get_or_insert(revision);
+                previous_in_response = previous_in_response.max(revision);
+                high_event = high_event.max(revision);
+                watcher.delivered.push(delivered);
+            }
+            let vouches = response.is_progress_notification()
+                || (response.created && !response.canceled && start_revision == 0);
+            if vouches {
+                let revision = response.header_revision;
+                let lo = *open.get_or_insert(revision + 1);
+                for (written, write) in
+                    writes.watched(watcher.prefix, lo.max(bookmarked + 1), revision)
+                {
+                    if !watcher.by_revision_key.contains_key(&(written, write.key)) {
+                        report.add(name, "watch-bookmarkable", || {
+                            format!(
+                                "{} vouched for revision {revision}, but {} (revision \
+                                 {written}) had not been delivered",
+                                where_from(response),
+                                write.op
+                            )
+                        });
+                    }
+                }
+                bookmarked = bookmarked.max(revision);
+                mark = mark.max(revision);
+            }
+        }
+        if let Some(lo) = open {
+            let last = high_event.max(mark);
+            if last >= lo {
+                watcher.spans.push((lo, last));
+            }
+        }
+        watcher
+    }
+
+    /// Every acknowledged write in a span the watcher vouches for was delivered, as
+    /// written.
+    fn check_reliable(&self, writes: &Writes<'_>, report: &mut Report) {
+        for (lo, hi) in &self.spans {
+            for (revision, write) in writes.watched(self.prefix, *lo, *hi) {
+                let found = self
+                    .by_revision_key
+                    .get(&(revision, write.key))
+                    .map(|i| &self.delivered[*i]);
+                match found {
+                    Some(delivered) if write.made(delivered.event) => {}
+                    Some(delivered) => report.add(self.name, "watch-reliable", || {
+                        format!(
+                            "{} is not {} (revision {revision})",
+                            describe(delivered),
+                            write.op
+                        )
+                    }),
+                    None => report.add(self.name, "watch-reliable", || {
+                        format!(
+                            "{} (revision {revision}) was never delivered, though the watcher \
+                             vouched for revisions {lo}..={hi}",
+                            write.op
+                        )
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Every event is a write some client sent: the acknowledged one of its revision,
+    /// or one of unknown outcome on its key with its value, sent before the event came;
+    /// and no value is delivered at two revisions.
+    fn check_events_were_written(&self, writes: &Writes<'_>, report: &mut Report) {
+        let mut revision_of_value: BTreeMap<&str, i64> = BTreeMap::new();
+        for delivered in &self.delivered {
+            let event = delivered.event;
+            let revision = delivered.revision();
+            let written = if !event.key.starts_with(self.prefix) {
+                false
+            } else if let Some(write) = writes.acknowledged.get(&revision) {
+                write.made(event)
+            } else {
+                writes
+                    .indefinite
+                    .iter()
+                    .any(|write| write.made(event) && write.op.invoked <= delivered.at)
+            };
+            if !written {
+                report.add(self.name, "watch-reliable", || {
+                    match writes.acknowledged.get(&revision) {
+                        Some(write) => format!(
+                            "{}, but revision {revision} was {}",
+                            describe(delivered),
+                            write.op
+                        ),
+                        None => format!("{}: no client wrote it", describe(delivered)),
+                    }
+                });
+            }
+            if event.kind == EventKind::Put {
+                let first = *revision_of_value.entry(&event.value).or_insert(revision);
+                if first != revision {
+                    report.add(self.name, "watch-reliable", || {
+                        format!(
+                            "{}: its value was delivered at revision {first} too",
+                            describe(delivered)
+                        )
+                    });
+                }
+            }
+        }
+    }
+
+    /// Each event's `prev_kv` and version against the previous event of its key that
+    /// the watcher saw with nothing skipped in between, and against the clients' writes.
+    fn check_prev_kv(&self, writes: &Writes<'_>, report: &mut Report) {
+        let mut latest: BTreeMap<(usize, &str), &Delivered<'_>> = BTreeMap::new();
+        for delivered in &self.delivered {
+            let event = delivered.event;
+            let revision = delivered.revision();
+            let key = (delivered.segment, event.key.as_str());
+            let latest_on_key = latest.get(&key).copied();
+            let previous = latest_on_key.filter(|p| p.revision() < revision);
+            if latest_on_key.is_none_or(|p| p.revision() < revision) {
+                latest.insert(key, delivered);
+            }
+            let prev_problem = prev_kv_problem(delivered, previous, writes);
+            if let Some(problem) = prev_problem {
+                report.add(self.name, "watch-prev-kv", || {
+                    format!("{}: {problem}", describe(delivered))
+                });
+            }
+            if let Some(problem) = version_problem(event, previous.map(|p| p.event)) {
+                report.add(self.name, "watch-versions", || {
+                    format!("{}: {problem}", describe(delivered))
+                });
+            }
+        }
+    }
+}
+
+/// What is wrong with `delivered`'s `prev_kv`, given the previous event of its key the
+/// watcher saw (if it saw one with nothing skipped in between).
+fn prev_kv_problem(
+    delivered: &Delivered<'_>,
+    previous: Option<&Delivered<'_>>,
+    writes: &Writes<'_>,
+) -> Option<String> {
+    let event = delivered.event;
+    let revision = delivered.revision();
+    if let Some((value, prev_revision)) = &event.prev {
+        if event.kind == EventKind::Put && event.version == 1 {
+            return Some("a key's creation carries a prev_kv".into());
+        }
+        if *prev_revision >= revision {
+            return Some(format!("prev_kv is from revision {prev_revision}"));
+        }
+        if let Some(write) = writes.acknowledged.get(prev_revision) {
+            if write.key != event.key || write.value != Some(value.as_str()) {
+                return Some(format!(
+                    "prev_kv {value}@{prev_revision}, but that revision was {}",
+                    write.op
+                ));
+            }
+        }
+    }
+    let previous = previous?;
+    match (previous.event.kind, &event.prev) {
+        (EventKind::Delete, None) => None,
+        (EventKind::Delete, Some(_)) => Some(format!(
+            "has a prev_kv, but the key's previous event was {}",
+            describe(previous)
+        )),
+        (EventKind::Put, Some((value, prev_revision)))
+            if *value == previous.event.value && *prev_revision == previous.revision() =>
+        {
+            None
+        }
+        // etcd reads prev_kv at the revision before; a Compact at or past the event's
+        // revision may have removed that version.
+        (EventKind::Put, None) if writes.compactable >= revision => None,
+        (EventKind::Put, _) => Some(format!(
+            "the key's previous event was {}",
+            describe(previous)
+        )),
+    }
+}
+
+/// What is wrong with `event`'s version or creation revision, given the previous
+/// event of its key the watcher saw (if it saw one with nothing skipped in between).
+fn version_problem(event: &WatchEvent, previous: Option<&WatchEvent>) -> Option<String> {
+    if event.kind == EventKind::Delete {
+        return match previous {
+            Some(previous) if previous.kind == EventKind::Delete => Some(format!(
+                "deletes a key already deleted at revision {}",
+                previous.mod_revision
+            )),
+            _ => None,
+        };
+    }
+    if event.version < 1 || event.create_revision > event.mod_revision {
+        return Some("impossible version or creation revision".into());
+    }
+    if (event.version == 1) != (event.create_revision == event.mod_revision) {
+        return Some("version 1 if and only if created at this revision".into());
+    }
+    match previous {
+        Some(previous) if previous.kind == EventKind::Delete && event.version != 1 => {
+            Some(format!(
+                "version {} right after the delete at revision {}",
+                event.version, previous.mod_revision
+            ))
+        }
+        Some(previous)
+            if previous.kind == EventKind::Put
+                && (event.version != previous.version + 1
+                    || event.create_revision != previous.create_revision) =>
+        {
+            Some(format!("does not follow {previous}"))
+        }
+        _ => None,
+    }
+}
+
+/// `member at time`, for violation details.
+fn where_from(response: &WatchResponseRecord) -> String {
+    format!("{} at {:.3}s", response.member, response.at.as_secs_f64())
+}
+
+/// On the revisions both vouch for, `a` and `b` got the same events (key, kind,
+/// value, creation revision, version; `prev_kv` aside, which a compaction may remove
+/// on one member and not yet on another).
+fn check_same_events(a: &Watcher<'_>, b: &Watcher<'_>, report: &mut Report) {
+    let both = intersect(&a.spans, &b.spans);
+    let shared = |key: &str| key.starts_with(a.prefix) && key.starts_with(b.prefix);
+    for (lo, hi) in both {
+        let events = |watcher: &Watcher<'_>| -> Vec<(i64, String, EventKind, String, i64, i64)> {
+            watcher
+                .by_revision_key
+                .range((lo, "")..)
+                .take_while(|((revision, _), _)| *revision <= hi)
+                .filter(|((_, key), _)| shared(key))
+                .map(|(_, i)| {
+                    let e = watcher.delivered[*i].event;
+                    (
+                        e.mod_revision,
+                        e.key.clone(),
+                        e.kind,
+                        e.value.clone(),
+                        e.create_revision,
+                        e.version,
+                    )
+                })
+                .collect()
+        };
+        let (seen_by_a, seen_by_b) = (events(a), events(b));
+        if seen_by_a == seen_by_b {
+            continue;
+        }
+        let differs = seen_by_a
+            .iter()
+            .zip(&seen_by_b)
+            .position(|(x, y)| x != y)
+            .unwrap_or(seen_by_a.len().min(seen_by_b.len()));
+        let who = format!("{} and {}", a.name, b.name);
+        report.add(&who, "watch-same-events", || {
+            format!(
+                "over revisions {lo}..={hi}, both vouched for, they differ at event {differs}: \
+                 {} got {:?}, {} got {:?}",
+                a.name,
+                seen_by_a.get(differs),
+                b.name,
+                seen_by_b.get(differs)
+            )
+        });
+        return;
+    }
+}
+
+/// The revisions in both lists of ascending, disjoint, inclusive ranges.
+fn intersect(a: &[(i64, i64)], b: &[(i64, i64)]) -> Vec<(i64, i64)> {
+    let mut both = Vec::new();
+    for (a_lo, a_hi) in a {
+        for (b_lo, b_hi) in b {
+            let (lo, hi) = ((*a_lo).max(*b_lo), (*a_hi).min(*b_hi));
+            if lo <= hi {
+                both.push((lo, hi));
+            }
+        }
+    }
+    both.sort_unstable();
+    both
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Outcome;
+
+    fn op(op: Op, outcome: Outcome) -> Operation {
+        Operation {
+            client: "c1".into(),
+            op,
+            invoked: Duration::ZERO,
+            completed: Duration::from_millis(10),
+            outcome,
+        }
+    }
+
+    fn put(key: &str, value: &str, revision: i64) -> Operation {
+        op(
+            Op::Put {
+                key: key.into(),
+                value: value.into(),
+            },
+            Outcome::Written { revision },
+        )
+    }
+
+    /// The writes every test watches: k0 is created, updated, deleted and created
+    /// again; k1 gets a put of unknown outcome (it made revision 7) and a Cas.
+    fn writes() -> Vec<Operation> {
+        vec![
+            put("k0", "a", 2),
+            put("k1", "b", 3),
+            put("k0", "c", 4),
+            op(
+                Op::Delete { key: "k0".into() },
+                Outcome::Deleted {
+                    revision: 5,
+                    deleted: 1,
+                },
+            ),
+            put("k0", "d", 6),
+            op(
+                Op::Put {
+                    key: "k1".into(),
+                    value: "e".into(),
+                },
+                Outcome::Unknown("client deadline".into()),
+            ),
+            op(
+                Op::Cas {
+                    key: "k1".into(),
+                    expected: 7,
+                    value: "f".into(),
+                },
+                Outcome::Swapped {
+                    revision: 8,
+                    succeeded: true,
+                },
+            ),
+        ]
+    }
+
+    fn compact(revision: i64) -> Operation {
+        op(Op::Compact { revision }, Outcome::Compacted { revision: 8 })
+    }
+
+    /// The event of revision `revision` in [`writes`], as a correct member sends it.
+    fn event(revision: i64) -> WatchEvent {
+        let put = |key: &str, value: &str, create_revision, version, prev: Option<(&str, i64)>| {
+            WatchEvent {
+                kind: EventKind::Put,
+                key: key.into(),
+                value: value.into(),
+                create_revision,
+                mod_revision: revision,
+                version,
+                prev: prev.map(|(v, r)| (v.to_owned(), r)),
+            }
+        };
+        match revision {
+            2 => put("k0", "a", 2, 1, None),
+            3 => put("k1", "b", 3, 1, None),
+            4 => put("k0", "c", 2, 2, Some(("a", 2))),
+            5 => WatchEvent {
+                kind: EventKind::Delete,
+                key: "k0".into(),
+                value: String::new(),
+                create_revision: 0,
+                mod_revision: 5,
+                version: 0,
+                prev: Some(("c".into(), 4)),
+            },
+            6 => put("k0", "d", 6, 1, None),
+            7 => put("k1", "e", 3, 2, Some(("b", 3))),
+            8 => put("k1", "f", 3, 3, Some(("e", 7))),
+            _ => put("k9", "?", revision, 1, None),
+        }
+    }
+
+    /// Builds a watcher's log, one response per call, 10 ms apart.
+    struct Log {
+        log: WatchLog,
+        at: u64,
+    }
+
+    impl Log {
+        fn new(name: &str) -> Self {
+            Log {
+                log: WatchLog::new(name, "k"),
+                at: 0,
+            }
+        }
+
+        fn tick(&mut self) -> Duration {
+            self.at += 10;
+            Duration::from_millis(self.at)
+        }
+
+        fn started(mut self, start_revision: i64) -> Self {
+            let at = self.tick();
+            self.log.record(WatchEntry::Started {
+                member: "n1".into(),
+                start_revision,
+                at,
+            });
+            self
+        }
+
+        fn respond(mut self, edit: impl FnOnce(&mut WatchResponseRecord)) -> Self {
+            let mut response = WatchResponseRecord {
+                member: "n1".into(),
+                at: self.tick(),
+                header_revision: 8,
+                watch_id: 0,
+                created: false,
+                canceled: false,
+                compact_revision: 0,
+                cancel_reason: String::new(),
+                events: Vec::new(),
+            };
+            edit(&mut response);
+            self.log.record(WatchEntry::Response(response));
+            self
+        }
+
+        fn created(self, header_revision: i64) -> Self {
+            self.respond(|r| {
+                r.created = true;
+                r.header_revision = header_revision;
+            })
+        }
+
+        fn events(self, events: Vec<WatchEvent>) -> Self {
+            self.respond(|r| r.events = events)
+        }
+
+        /// One response per revision.
+        fn each(self, revisions: impl IntoIterator<Item = i64>) -> Self {
+            revisions
+                .into_iter()
+                .fold(self, |log, revision| log.events(vec![event(revision)]))
+        }
+
+        fn progress(self, header_revision: i64) -> Self {
+            self.respond(|r| r.header_revision = header_revision)
+        }
+
+        fn compacted(self, compact_revision: i64) -> Self {
+            self.respond(|r| {
+                r.canceled = true;
+                r.compact_revision = compact_revision;
+            })
+        }
+
+        fn finished(mut self, delivered: i64, target: i64) -> WatchLog {
+            let at = self.tick();
+            self.log.record(WatchEntry::Finished {
+                delivered,
+                target: Some(target),
+                at,
+            });
+            self.log
+        }
+    }
+
+    /// A watcher from revision 1 that sees every write, through a resume on another
+    /// member and a lagging member's progress notification.
+    fn clean_from_start(name: &str) -> WatchLog {
+        Log::new(name)
+            .started(1)
+            // A watch from a revision: its creation's header vouches for nothing.
+            .created(8)
+            .each(2..=3)
+            .progress(3)
+            .started(4)
+            .created(2)
+            .progress(2)
+            .each(4..=8)
+            .finished(8, 8)
+    }
+
+    fn properties(logs: &[WatchLog], operations: &[Operation]) -> BTreeSet<&'static str> {
+        check_watches(logs, operations)
+            .into_iter()
+            .map(|violation| violation.property)
+            .collect()
+    }
+
+    fn assert_caught(logs: &[WatchLog], operations: &[Operation], property: &'static str) {
+        let violations = check_watches(logs, operations);
+        assert!(
+            violations.iter().any(|v| v.property == property),
+            "{property} not reported: {violations:?}"
+        );
+    }
+
+    #[test]
+    fn clean_watchers_pass() {
+        let from_now = Log::new("w2")
+            .started(0)
+            .created(4)
+            .events(vec![event(5), event(6)])
+            .progress(6)
+            .each(7..=8)
+            .finished(8, 8);
+        let logs = [clean_from_start("w1"), from_now];
+        assert_eq!(check_watches(&logs, &writes()), Vec::new());
+    }
+
+    #[test]
+    fn events_going_backwards_are_caught() {
+        let log = Log::new("w1")
+            .started(1)
+            .each([2, 4, 3])
+            .each(5..=8)
+            .finished(8, 8);
+        assert_caught(&[log], &writes(), "watch-ordered");
+    }
+
+    #[test]
+    fn an_event_delivered_twice_is_caught() {
+        // Resumed at the revision it had already seen.
+        let log = Log::new("w1")
+            .started(1)
+            .each(2..=4)
+            .started(4)
+            .each(4..=8)
+            .finished(8, 8);
+        assert_caught(&[log], &writes(), "watch-unique");
+    }
+
+    #[test]
+    fn gaps_and_invented_events_are_caught() {
+        let gap = Log::new("w1")
+            .started(1)
+            .each([2, 3, 5, 6, 7, 8])
+            .finished(8, 8);
+        assert_caught(&[gap], &writes(), "watch-reliable");
+        let mut wrong = event(3);
+        wrong.value = "zzz".into();
+        let invented = Log::new("w1")
+            .started(1)
+            .events(vec![event(2)])
+            .events(vec![wrong])
+            .each(4..=8)
+            .finished(8, 8);
+        assert_caught(&[invented], &writes(), "watch-reliable");
+        let never_written = Log::new("w1").started(1).each(2..=9).finished(9, 8);
+        assert_caught(&[never_written], &writes(), "watch-reliable");
+    }
+
+    #[test]
+    fn a_revision_split_across_responses_is_caught() {
+        let split = Log::new("w1")
+            .started(1)
+            .each(2..=3)
+            .events(vec![event(3)])
+            .each(4..=8)
+            .finished(8, 8);
+        assert_caught(&[split], &writes(), "watch-atomic");
+    }
+
+    #[test]
+    fn events_behind_a_bookmark_are_caught() {
+        let early_progress = Log::new("w1")
+            .started(1)
+            .each(2..=3)
+            .progress(4)
+            .each(4..=8)
+            .finished(8, 8);
+        assert_caught(&[early_progress], &writes(), "watch-bookmarkable");
+        // A watch from now vouches for its creation's revision.
+        let before_creation = Log::new("w1")
+            .started(0)
+            .created(5)
+            .each(5..=8)
+            .finished(8, 8);
+        assert_caught(&[before_creation], &writes(), "watch-bookmarkable");
+        // Every write up to the bookmark came before it, even if they came later.
+        let skipped = Log::new("w1")
+            .started(1)
+            .each([2])
+            .progress(3)
+            .each(3..=8)
+            .finished(8, 8);
+        assert_caught(&[skipped], &writes(), "watch-bookmarkable");
+    }
+
+    #[test]
+    fn watchers_that_disagree_are_caught() {
+        // w2 misses revision 7, a write of unknown outcome: only w1 shows it was made.
+        let w2 = Log::new("w2")
+            .started(1)
+            .each([2, 3, 4, 5, 6, 8])
+            .finished(8, 8);
+        // On its own, w2 cannot be faulted for missing 7, only for revision 8's prev_kv
+        // and version, which follow 7.
+        assert_eq!(
+            properties(std::slice::from_ref(&w2), &writes()),
+            BTreeSet::from(["watch-prev-kv", "watch-versions"])
+        );
+        assert_caught(
+            &[clean_from_start("w1"), w2],
+            &writes(),
+            "watch-same-events",
+        );
+    }
+
+    #[test]
+    fn wrong_prev_kvs_are_caught() {
+        let mut lost_prev = event(4);
+        lost_prev.prev = None;
+        let log = |e: WatchEvent| {
+            Log::new("w1")
+                .started(1)
+                .each(2..=3)
+                .events(vec![e])
+                .each(5..=8)
+                .finished(8, 8)
+        };
+        assert_caught(&[log(lost_prev.clone())], &writes(), "watch-prev-kv");
+        // A Compact at or past revision 4 may have removed the version before it.
+        let mut compacted = writes();
+        compacted.push(compact(4));
+        assert_eq!(properties(&[log(lost_prev)], &compacted), BTreeSet::new());
+        let mut stale_prev = event(4);
+        stale_prev.prev = Some(("b".into(), 3));
+        assert_caught(&[log(stale_prev)], &writes(), "watch-prev-kv");
+        let mut created_with_prev = event(6);
+        created_with_prev.prev = Some(("c".into(), 4));
+        let after_delete = Log::new("w1")
+            .started(1)
+            .each(2..=5)
+            .events(vec![created_with_prev])
+            .each(7..=8)
+            .finished(8, 8);
+        assert_caught(&[after_delete], &writes(), "watch-prev-kv");
+    }
+
+    #[test]
+    fn versions_that_do_not_count_are_caught() {
+        let mut skipped_version = event(4);
+        skipped_version.version = 3;
+        let log = Log::new("w1")
+            .started(1)
+            .each(2..=3)
+            .events(vec![skipped_version])
+            .each(5..=8)
+            .finished(8, 8);
+        assert_caught(&[log], &writes(), "watch-versions");
+    }
+
+    #[test]
+    fn compaction_cancels_skip_revisions_only_when_a_compact_asked() {
+        // Canceled at 6: revisions 2..=5 are gone; 6 may come or not.
+        let log = || {
+            Log::new("w1")
+                .started(1)
+                .compacted(6)
+                .started(6)
+                .each(7..=8)
+                .finished(8, 8)
+        };
+        let mut compacted = writes();
+        compacted.push(compact(6));
+        assert_eq!(properties(&[log()], &compacted), BTreeSet::new());
+        assert_caught(&[log()], &writes(), "watch-compaction");
+        // Only the revisions before the compacted one are excused.
+        let gap_after = Log::new("w1")
+            .started(1)
+            .compacted(4)
+            .started(4)
+            .each([4, 5, 7, 8])
+            .finished(8, 8);
+        assert_caught(&[gap_after], &compacted, "watch-reliable");
+    }
+
+    #[test]
+    fn a_watcher_short_of_its_target_is_caught() {
+        let short = Log::new("w1").started(1).each(2..=6).finished(6, 8);
+        assert_eq!(
+            properties(&[short], &writes()),
+            BTreeSet::from(["watch-liveness"])
+        );
+    }
+}
