@@ -15,3 +15,4 @@ pub mod planted;
 pub mod proto;
 pub mod state_machine;
 pub mod store;
+pub mod watch;

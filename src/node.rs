@@ -80,6 +80,8 @@ pub struct Node {
     limits: Limits,
     etcd_version: String,
     offload: Offload,
+    /// `--watch-progress-notify-interval`.
+    watch_progress_interval: Duration,
 }
 
 impl Node {
@@ -106,6 +108,12 @@ impl Node {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// How long a watcher that asked for progress notifications may go without hearing
+    /// from its stream.
+    pub fn watch_progress_interval(&self) -> Duration {
+        self.watch_progress_interval
     }
 
     pub fn etcd_version(&self) -> &str {
@@ -471,6 +479,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         },
         etcd_version: config.etcd_version.clone(),
         offload: environment.offload,
+        watch_progress_interval: config.watch_progress_notify_interval,
     });
     tracing::info!(
         name = %config.name,

@@ -3,7 +3,8 @@
 //!
 //! Compiled only with the `planted-bugs` feature, which only the simulation crate
 //! enables. Every switch is off until a test turns it on; the server consults this
-//! module at exactly three places (read index, write acknowledgement, apply), each
+//! module at exactly four places (read index, write acknowledgement, apply, a watch's
+//! catch-up), each
 //! behind the same feature. It must never be enabled in a build that serves users.
 
 use std::sync::Mutex;
@@ -16,6 +17,9 @@ pub enum PlantedBug {
     AckBeforeCommit,
     /// The member with this id applies every normal entry twice.
     DoubleApply { member: u64 },
+    /// A watcher that catches up on history and rejoins the live feed loses the last
+    /// event of the page that brings it back.
+    WatchDropsEventOnRejoin,
 }
 
 static PLANTED: Mutex<Vec<PlantedBug>> = Mutex::new(Vec::new());

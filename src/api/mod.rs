@@ -13,6 +13,7 @@ pub mod maintenance;
 pub mod status;
 pub mod unimplemented;
 pub mod validate;
+pub mod watch;
 
 use std::sync::Arc;
 
@@ -43,7 +44,10 @@ pub fn client_router<H: Health>(
     tonic::transport::Server::builder()
         .layer(compat_layer::CompatLayer)
         .add_service(KvServer::new(kv::KvService::new(node.clone())).max_decoding_message_size(max))
-        .add_service(WatchServer::new(unimplemented::WatchService))
+        .add_service(WatchServer::new(watch::WatchService::new(
+            node.clone(),
+            max,
+        )))
         .add_service(LeaseServer::new(unimplemented::LeaseService))
         .add_service(ClusterServer::new(cluster::ClusterService::new(
             node.clone(),

@@ -37,8 +37,11 @@ pub fn request_too_large() -> Status {
 pub fn no_space() -> Status {
     Status::resource_exhausted("etcdserver: mvcc: database space exceeded")
 }
+/// etcd's text for a revision compaction removed, also a watch's cancel reason.
+pub const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
+
 pub fn compacted() -> Status {
-    Status::out_of_range("etcdserver: mvcc: required revision has been compacted")
+    Status::out_of_range(COMPACTED)
 }
 pub fn future_revision() -> Status {
     Status::out_of_range("etcdserver: mvcc: required revision is a future revision")

@@ -6,12 +6,6 @@
 
 use crate::proto::etcdserverpb::auth_server::Auth;
 use crate::proto::etcdserverpb::lease_server::Lease;
-use crate::proto::etcdserverpb::watch_server::Watch;
-
-/// Watch is not built yet: every RPC answers Unimplemented.
-pub struct WatchService;
-#[tonic::async_trait]
-impl Watch for WatchService {}
 
 /// Lease is not built yet: every RPC answers Unimplemented.
 pub struct LeaseService;

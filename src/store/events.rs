@@ -6,11 +6,22 @@
 //! key's version just before, all from one RocksDB snapshot. It must never write, and
 //! never split a revision: a page ends only after the last event of a revision.
 
+use prost::Message;
+
 use super::encoding::{history_key, history_revision, HistoryEntry};
-use super::range::{in_range, Reader};
+use super::range::Reader;
 use super::{RevisionStore, StoreError, CF_HISTORY};
 use crate::proto::mvccpb::event::EventType;
 use crate::proto::mvccpb::{Event, KeyValue};
+
+/// Whether a reader of history wants a key's events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interest {
+    Ignore,
+    Events,
+    /// The events, each with the key's version just before it.
+    EventsWithPrevious,
+}
 
 /// Events of consecutive revisions, from a page's first revision on.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -22,20 +33,17 @@ pub struct EventPage {
 }
 
 impl RevisionStore {
-    /// The events of revisions `from..=to` on keys in etcd's range (`key`, `range_end`),
-    /// with each key's previous version when `prev_kv`. Stops after the revision that
-    /// brings the page to `limit` events (so a page may exceed it to finish a revision),
-    /// and at the current revision. `from` at or below the compacted revision is
-    /// [`StoreError::Compacted`], except the compacted revision itself, whose events
-    /// the store keeps (as etcd, a watch may start there).
+    /// The events of revisions `from..=to` on the keys `interest` wants, as it wants
+    /// them. Stops after the revision that brings the page to `max_bytes` of encoded
+    /// events (so a page may exceed it to finish a revision), and at the current
+    /// revision. `from` below the compacted revision is [`StoreError::Compacted`]; the
+    /// compacted revision's own events are kept (as etcd, a watch may start there).
     pub fn events(
         &self,
         from: i64,
         to: i64,
-        key: &[u8],
-        range_end: &[u8],
-        prev_kv: bool,
-        limit: usize,
+        interest: &dyn Fn(&[u8]) -> Interest,
+        max_bytes: usize,
     ) -> Result<EventPage, StoreError> {
         let snapshot = self.db.snapshot();
         let reader = Reader::new(self, &snapshot)?;
@@ -53,16 +61,24 @@ impl RevisionStore {
         }
         let mut it = reader.iterator(CF_HISTORY, Some(history_key(to + 1, 0).to_vec()))?;
         it.seek(history_key(from.max(1), 0));
+        let mut bytes = 0;
         while let (Some(raw_key), Some(raw)) = (it.key(), it.value()) {
             let revision = history_revision(raw_key)?;
-            if revision > page.through && page.events.len() >= limit {
+            if revision > page.through && bytes >= max_bytes {
                 // The previous revision was the last one this page takes.
                 return Ok(page);
             }
             page.through = revision;
             let entry = HistoryEntry::decode(raw)?;
-            if in_range(&entry.key, key, range_end) {
-                page.events.push(event(&reader, revision, entry, prev_kv)?);
+            let prev_kv = match interest(&entry.key) {
+                Interest::Ignore => None,
+                Interest::Events => Some(false),
+                Interest::EventsWithPrevious => Some(true),
+            };
+            if let Some(prev_kv) = prev_kv {
+                let event = event(&reader, revision, entry, prev_kv)?;
+                bytes += event.encoded_len();
+                page.events.push(event);
             }
             it.next();
         }

@@ -3,7 +3,8 @@
 //! It owns the `kv`, `history`, `latest` and `meta` column families of a node's
 //! database: every version of every key, the revision-ordered change log, the newest
 //! version of every live key, and the store's counters (current and compacted revision,
-//! applied raft log id, membership). Reads are served
+//! applied raft log id, membership), and the feed of changes that watches follow.
+//! Reads are served
 //! from a RocksDB snapshot so that a response sees one revision; writes arrive only
 //! through [`apply`](RevisionStore::apply), one raft log entry at a time, in log order.
 //! It must never decide what is committed (raft does) nor validate request shapes (the
@@ -13,6 +14,7 @@ mod compaction;
 mod encoding;
 mod error;
 mod events;
+mod feed;
 mod latest;
 mod meta;
 mod range;
@@ -25,8 +27,10 @@ use std::sync::Arc;
 use rocksdb::{BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, Options, DB};
 
 pub use error::StoreError;
-pub use events::EventPage;
+pub use events::{EventPage, Interest};
+pub use feed::Changes;
 pub use meta::{read_applied, read_member_attributes, AppliedState};
+pub use range::in_range;
 pub use snapshot::{keep_received_snapshot, latest_snapshot, SnapshotInfo};
 pub use write::{ApplyBatch, WriteOutcome};
 
@@ -78,6 +82,7 @@ pub fn open_database(path: &std::path::Path, extra_cfs: &[&str]) -> Result<Arc<D
 /// etcd's MVCC store over one node's RocksDB.
 pub struct RevisionStore {
     db: Arc<DB>,
+    feed: feed::ChangeFeed,
 }
 
 impl RevisionStore {
@@ -87,7 +92,10 @@ impl RevisionStore {
                 return Err(StoreError::corrupt(format!("missing column family {name}")));
             }
         }
-        Ok(RevisionStore { db })
+        Ok(RevisionStore {
+            db,
+            feed: feed::ChangeFeed::new(),
+        })
     }
 
     pub(crate) fn cf(&self, name: &str) -> Result<&ColumnFamily, StoreError> {

@@ -895,9 +895,16 @@ fn events_replay_history_in_order_with_prev_kv_and_never_split_a_revision() {
     h.put("c", "1"); // 5
     h.delete("a", ""); // 6
     let store = h.store.clone();
-    let all = |from, to, prev_kv, limit| store.events(from, to, &[0], &[0], prev_kv, limit);
+    let all = |from, to, prev_kv, max_bytes| {
+        let interest = if prev_kv {
+            Interest::EventsWithPrevious
+        } else {
+            Interest::Events
+        };
+        store.events(from, to, &|_| interest, max_bytes)
+    };
 
-    let page = all(2, 6, true, 100).unwrap();
+    let page = all(2, 6, true, usize::MAX).unwrap();
     assert_eq!(page.through, 6);
     let s = |x: &str| x.to_owned();
     assert_eq!(
@@ -914,24 +921,43 @@ fn events_replay_history_in_order_with_prev_kv_and_never_split_a_revision() {
     // A delete's kv is its key and revision only, as etcd sends it.
     let deleted = page.events[3].kv.clone().unwrap();
     assert_eq!((deleted.version, deleted.create_revision), (0, 0));
-    assert!(all(2, 6, false, 100)
+    assert!(all(2, 6, false, usize::MAX)
         .unwrap()
         .events
         .iter()
         .all(|e| e.prev_kv.is_none()));
 
     // The limit is reached inside revision 4: the page still takes all of it.
-    let first = all(2, 6, false, 3).unwrap();
+    let without_prev = all(2, 6, false, usize::MAX).unwrap();
+    let limit: usize = without_prev.events[..3]
+        .iter()
+        .map(prost::Message::encoded_len)
+        .sum();
+    let first = all(2, 6, false, limit).unwrap();
     assert_eq!((first.events.len(), first.through), (4, 4));
-    let rest = all(first.through + 1, 6, false, 3).unwrap();
+    let rest = all(first.through + 1, 6, false, limit).unwrap();
     assert_eq!((rest.events.len(), rest.through), (2, 6));
 
     // Only the watched keys; beyond the current revision; nothing yet.
-    let only_a = h.store.events(1, 100, b"a", &[], false, 100).unwrap();
+    let only_a = h
+        .store
+        .events(
+            1,
+            100,
+            &|key| {
+                if key == b"a" {
+                    Interest::Events
+                } else {
+                    Interest::Ignore
+                }
+            },
+            usize::MAX,
+        )
+        .unwrap();
     let revisions: Vec<i64> = summary(&only_a).iter().map(|e| e.2).collect();
     assert_eq!((revisions, only_a.through), (vec![2, 4, 6], 6));
     assert_eq!(
-        all(7, 100, false, 100).unwrap(),
+        all(7, 100, false, usize::MAX).unwrap(),
         EventPage {
             events: vec![],
             through: 6
@@ -944,9 +970,12 @@ fn events_replay_history_in_order_with_prev_kv_and_never_split_a_revision() {
         revision: 4,
         physical: true,
     }));
-    assert!(matches!(all(3, 6, true, 100), Err(StoreError::Compacted)));
+    assert!(matches!(
+        all(3, 6, true, usize::MAX),
+        Err(StoreError::Compacted)
+    ));
     assert_eq!(
-        summary(&all(4, 6, true, 100).unwrap()),
+        summary(&all(4, 6, true, usize::MAX).unwrap()),
         vec![
             (PUT, s("a"), 4, s("2"), None),
             (DELETE, s("b"), 4, s(""), None),

@@ -18,6 +18,7 @@ use rocksdb::WriteBatch;
 use super::encoding::{
     escape_key, history_key, latest_value, version_key, HistoryEntry, StoredVersion,
 };
+use super::feed::Changes;
 use super::meta::{self, Revisions};
 use super::range::{self, Overlay, Reader};
 use super::txn::{self, Path};
@@ -32,7 +33,8 @@ use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
     PutResponse, RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
 };
-use crate::proto::mvccpb::KeyValue;
+use crate::proto::mvccpb::event::EventType;
+use crate::proto::mvccpb::{Event, KeyValue};
 
 /// The result of applying a command, as returned to the node that proposed it.
 pub type WriteOutcome = CommandResult;
@@ -42,6 +44,8 @@ struct Staged {
     batch: WriteBatch,
     overlay: Overlay,
     revisions: Revisions,
+    /// What the change feed gets once the batch is written.
+    events: Vec<Event>,
 }
 
 impl Staged {
@@ -50,6 +54,7 @@ impl Staged {
             batch: WriteBatch::default(),
             overlay: Overlay::new(),
             revisions,
+            events: Vec::new(),
         }
     }
 }
@@ -108,7 +113,13 @@ impl<'a> WriteTxn<'a> {
         range::range(&self.reader, revisions, req, overlay)
     }
 
-    fn stage(&mut self, key: Bytes, state: Option<KeyValue>) -> Result<(), StoreError> {
+    /// Stages `key`'s new state (`None`: deleted), which replaces `prev`.
+    fn stage(
+        &mut self,
+        key: Bytes,
+        state: Option<KeyValue>,
+        prev: Option<KeyValue>,
+    ) -> Result<(), StoreError> {
         let revision = self.pending_revision();
         let escaped = escape_key(&key);
         let record = match &state {
@@ -144,6 +155,23 @@ impl<'a> WriteTxn<'a> {
             event.encode(),
         );
         self.changes += 1;
+        self.staged.events.push(match &state {
+            Some(kv) => Event {
+                r#type: EventType::Put.into(),
+                kv: Some(kv.clone()),
+                prev_kv: prev,
+            },
+            // A delete names only its key and revision, as etcd sends it.
+            None => Event {
+                r#type: EventType::Delete.into(),
+                kv: Some(KeyValue {
+                    key: key.clone(),
+                    mod_revision: revision,
+                    ..Default::default()
+                }),
+                prev_kv: prev,
+            },
+        });
         self.staged.overlay.insert(key, state);
         Ok(())
     }
@@ -172,7 +200,7 @@ impl<'a> WriteTxn<'a> {
             value,
             lease,
         };
-        self.stage(req.key.clone(), Some(kv))?;
+        self.stage(req.key.clone(), Some(kv), prev.clone())?;
         Ok(PutResponse {
             header: Some(header(self.visible_revision())),
             prev_kv: if req.prev_kv { prev } else { None },
@@ -189,7 +217,7 @@ impl<'a> WriteTxn<'a> {
             ..Default::default()
         })?;
         for kv in &doomed.kvs {
-            self.stage(kv.key.clone(), None)?;
+            self.stage(kv.key.clone(), None, Some(kv.clone()))?;
         }
         Ok(DeleteRangeResponse {
             header: Some(header(self.visible_revision())),
@@ -401,7 +429,7 @@ impl<'s> ApplyBatch<'s> {
     }
 
     /// Writes everything staged, with the counters and the last applied log id, in one
-    /// RocksDB write. Readers see it from here on.
+    /// RocksDB write. Readers see it from here on, and then the change feed gets it.
     pub fn flush(&mut self) -> Result<(), StoreError> {
         let Some(log_id) = self.last_log_id.take() else {
             return Ok(());
@@ -411,6 +439,13 @@ impl<'s> ApplyBatch<'s> {
         meta::stage_current_revision(self.store, &mut staged.batch, staged.revisions.current)?;
         meta::stage_applied_log_id(self.store, &mut staged.batch, &log_id)?;
         self.store.db.write(staged.batch)?;
+        if !staged.events.is_empty() {
+            self.store.feed.publish(Changes {
+                since: self.written.current,
+                through: revisions.current,
+                events: staged.events,
+            });
+        }
         self.written = revisions;
         Ok(())
     }

@@ -303,6 +303,21 @@ impl Cluster {
         self.members[i].child.is_some()
     }
 
+    /// Member `i`'s resident memory, from `/proc`, if it runs.
+    pub fn rss_bytes(&self, i: usize) -> Option<u64> {
+        let pid = self.members[i].child.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib * 1024)
+    }
+
     /// A client connected to member `i` only.
     pub async fn client(&self, i: usize) -> Client {
         connect(&[self.endpoint(i)]).await

@@ -17,3 +17,4 @@ mod quantykube_surface;
 mod request_limits;
 mod revisions;
 mod three_node;
+mod watch;
