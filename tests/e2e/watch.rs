@@ -810,3 +810,88 @@ async fn a_lagging_watcher_is_canceled_when_compaction_passes_it() {
         );
     }
 }
+
+#[tokio::test]
+async fn ten_thousand_watchers_on_a_stream_and_a_thousand_streams_stay_cheap() {
+    const WATCHERS: usize = 10_000;
+    const STREAMS: usize = 1_000;
+    const PUTS: usize = 200;
+    let cluster = Cluster::start(1).await;
+    let mut client = cluster.client(0).await;
+    let before = cluster.rss_bytes(0);
+
+    // One stream, one watcher per key.
+    let mut many = client.watch("s/00000", None).await.unwrap();
+    assert_eq!(next(&mut many).await.watch_id(), 0);
+    for i in 1..WATCHERS {
+        many.watch(format!("s/{i:05}"), None).await.unwrap();
+    }
+    for i in 1..WATCHERS {
+        let created = next(&mut many).await;
+        assert!(created.created(), "{created:?}");
+        assert_eq!(created.watch_id(), i as i64);
+    }
+    // Many streams on one connection, each watching every key.
+    let mut streams = Vec::with_capacity(STREAMS);
+    for _ in 0..STREAMS {
+        let mut stream = client
+            .watch("s/", Some(WatchOptions::new().with_prefix()))
+            .await
+            .unwrap();
+        assert!(next(&mut stream).await.created());
+        streams.push(stream);
+    }
+    let with_watchers = cluster.rss_bytes(0);
+
+    // Read every stream while writing, as a real client does (h2 refuses to buffer
+    // unbounded small frames for a reader that does not read).
+    let base = current_revision(&mut client).await;
+    let last = base + PUTS as i64;
+    let readers: Vec<_> = streams
+        .into_iter()
+        .map(|mut stream| {
+            tokio::spawn(async move {
+                let (events, alive) = events_through(&mut stream, last).await;
+                assert!(alive);
+                assert_eq!(events.len(), PUTS);
+            })
+        })
+        .collect();
+    let per_key = tokio::spawn(async move { collect(&mut many, PUTS).await });
+    let key_of = |n: usize| (n * 7919) % WATCHERS;
+    let mut writer = cluster.client(0).await;
+    for n in 0..PUTS {
+        writer
+            .put(format!("s/{:05}", key_of(n)), n.to_string(), None)
+            .await
+            .unwrap();
+    }
+    let peak = cluster.rss_bytes(0);
+    // Every per-key watcher gets exactly its key's events.
+    for (id, events) in per_key.await.unwrap() {
+        for e in events {
+            let n: usize = e.value.parse().unwrap();
+            assert_eq!(key_of(n) as i64, id, "{e:?} went to watcher {id}");
+            assert_eq!(e.revision, base + 1 + n as i64);
+        }
+    }
+    // And every stream gets every event, in order.
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    if let (Some(before), Some(with_watchers), Some(peak)) = (before, with_watchers, peak) {
+        eprintln!(
+            "{WATCHERS} watchers on a stream and {STREAMS} streams: RSS {} -> {} MiB, {} MiB \
+             after {PUTS} puts",
+            before >> 20,
+            with_watchers >> 20,
+            peak >> 20
+        );
+        if cluster.target() == Target::Quantykube {
+            assert!(
+                (with_watchers.saturating_sub(before) >> 20) < 100,
+                "the watchers alone cost more than 100 MiB"
+            );
+        }
+    }
+}
