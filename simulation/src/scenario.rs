@@ -1,5 +1,6 @@
 //! One seed from start to verdict: a 3- or 5-member cluster, concurrent [`Mixed`]
-//! clients, the seed's [`FaultPlan`], healing, and every checker.
+//! clients, one or two [`WatchClient`]s watching their keys, the seed's [`FaultPlan`],
+//! healing, and every checker.
 //!
 //! This module owns [`Scenario`] (what a seed runs) and [`SeedReport`] (what came of
 //! it: counts, the faults as injected, violations, and a hash of every event). The CI
@@ -19,9 +20,13 @@ use crate::checker::{self, Fnv};
 use crate::cluster::SimCluster;
 use crate::error::SimError;
 use crate::faults::{step_until, FaultPlan, Injector, LeaderWatch};
-use crate::history::{History, Outcome};
+use crate::history::{History, Operation, Outcome, WatchLog};
 use crate::rng::{mix, SimRng};
-use crate::workload::{Mixed, WritesInFlight};
+use crate::workload::{Mixed, WatchClient, WatchTarget, WritesInFlight};
+
+/// How long watch clients may take, once the writers are done, to deliver the last
+/// acknowledged write; more is a liveness violation.
+const WATCH_DRAIN: Duration = Duration::from_secs(30);
 
 /// How to replay one seed with logs: the command a failing seed prints.
 pub fn replay_command(seed: u64) -> String {
@@ -40,20 +45,38 @@ pub struct Scenario {
     pub clients: usize,
     /// Keys the clients share.
     pub keys: usize,
+    /// Watch clients over those keys.
+    pub watchers: Vec<WatcherPlan>,
     /// Where members keep their data (default: `/dev/shm` if it exists, so fsyncs
     /// cost nothing, else the system's temporary directory).
     pub data_root: Option<PathBuf>,
 }
 
 impl Scenario {
-    /// The scenario of `seed`: its fault plan, two to four clients, three to five keys.
+    /// The scenario of `seed`: its fault plan, two to four clients, three to five keys,
+    /// one or two watchers.
     pub fn from_seed(seed: u64) -> Self {
         let mut rng = SimRng::new(seed, 0x5ce);
+        let plan = FaultPlan::from_seed(seed);
+        let clients = rng.below(2..5) as usize;
+        let keys = rng.below(3..6) as usize;
+        // Drawn after the older choices, so that a seed keeps its clients and keys.
+        let half_run = run_for(&plan).as_millis() as u64 / 2;
+        let watchers = (0..rng.below(1..3))
+            .map(|_| WatcherPlan {
+                start_after: rng.millis(0, half_run),
+                // Mostly the whole history: a watch opened late from revision 1 (or
+                // from the compacted revision it is sent to) catches up while the
+                // clients write, then joins the live feed.
+                start_revision: if rng.percent(75) { 1 } else { 0 },
+            })
+            .collect();
         Scenario {
             seed,
-            plan: FaultPlan::from_seed(seed),
-            clients: rng.below(2..5) as usize,
-            keys: rng.below(3..6) as usize,
+            plan,
+            clients,
+            keys,
+            watchers,
             data_root: default_data_root(),
         }
     }
@@ -65,10 +88,12 @@ impl Scenario {
             seed: self.seed,
             plan: self.plan.clone(),
             clients: self.clients,
+            watchers: self.watchers.len(),
             faults: Vec::new(),
             injected: 0,
             operations: 0,
             unknown: 0,
+            watch_events: 0,
             violations: Vec::new(),
             trace: Vec::new(),
             trace_hash: 0,
@@ -138,7 +163,7 @@ impl Scenario {
 
         let writes = WritesInFlight::new();
         let finished = Rc::new(Cell::new(0usize));
-        let run_for = self.plan.duration() + Duration::from_secs(1);
+        let run_for = run_for(&self.plan);
         for i in 0..self.clients {
             let name = format!("c{}", i + 1);
             let mixed = Mixed {
@@ -150,6 +175,29 @@ impl Scenario {
             let (history, finished) = (history.clone(), finished.clone());
             sim.client(name, async move {
                 mixed.run(history).await?;
+                finished.set(finished.get() + 1);
+                Ok(())
+            });
+        }
+        let watch_target = WatchTarget::new();
+        let watchers_finished = Rc::new(Cell::new(0usize));
+        let mut watch_logs = Vec::with_capacity(self.watchers.len());
+        for (i, plan) in self.watchers.iter().enumerate() {
+            let name = format!("watcher{}", i + 1);
+            let watcher = WatchClient {
+                prefix: "k".to_owned(),
+                start_after: plan.start_after,
+                start_revision: plan.start_revision,
+                run_for,
+                target: Some(watch_target.clone()),
+                drain_for: WATCH_DRAIN,
+                ..WatchClient::new(&name, cluster.members(), mix(self.seed, 200 + i as u64))
+            };
+            let log = WatchLog::new(&name, &watcher.prefix);
+            watch_logs.push(log.clone());
+            let finished = watchers_finished.clone();
+            sim.client(name, async move {
+                watcher.run(log).await?;
                 finished.set(finished.get() + 1);
                 Ok(())
             });
@@ -172,6 +220,22 @@ impl Scenario {
                 "clients still running {limit:?} after the faults"
             )));
         }
+        // The writers are done: each watcher stops once it delivered the last
+        // acknowledged write (or after the drain, which the watch checker reports).
+        let last_written = history
+            .operations()
+            .iter()
+            .filter_map(Operation::written_revision)
+            .max()
+            .unwrap_or(0);
+        watch_target.set(last_written);
+        let watchers = self.watchers.len();
+        let drain_limit = WATCH_DRAIN + Duration::from_secs(10);
+        if !step_until(sim, drain_limit, || watchers_finished.get() == watchers)? {
+            return Err(SimError::Timeout(format!(
+                "watch clients still running {drain_limit:?} after the writers"
+            )));
+        }
         watch.stop();
 
         let verdict = Rc::new(RefCell::new(None));
@@ -191,8 +255,29 @@ impl Scenario {
         report
             .violations
             .extend(violations.iter().map(ToString::to_string));
+        report.trace.extend(watch_logs.iter().map(WatchLog::digest));
+        report.watch_events = watch_logs.iter().map(WatchLog::events).sum();
+        report.violations.extend(
+            checker::check_watches(&watch_logs, &history.operations())
+                .iter()
+                .map(ToString::to_string),
+        );
         Ok(())
     }
+}
+
+/// One watch client of a seed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatcherPlan {
+    /// When it opens its watch, after the clients start.
+    pub start_after: Duration,
+    /// Where its first watch starts: 1 (the whole history) or 0 ("now").
+    pub start_revision: i64,
+}
+
+/// How long a seed's clients run: through its faults, and a second more.
+fn run_for(plan: &FaultPlan) -> Duration {
+    plan.duration() + Duration::from_secs(1)
 }
 
 /// tmpfs when there is one: members fsync on every append.
@@ -207,6 +292,7 @@ pub struct SeedReport {
     pub seed: u64,
     pub plan: FaultPlan,
     pub clients: usize,
+    pub watchers: usize,
     /// The faults as injected, one line each with its simulated time and target.
     pub faults: Vec<String>,
     /// How many faults were injected.
@@ -215,10 +301,12 @@ pub struct SeedReport {
     pub operations: usize,
     /// Of those, how many had an unknown outcome.
     pub unknown: usize,
+    /// Events the watchers got (and the watch checker judged).
+    pub watch_events: usize,
     /// Every violated property and every failure of the run; empty if the seed passed.
     pub violations: Vec<String>,
     /// Every event: operations with outcomes and simulated times, faults, final
-    /// digests, the simulated end.
+    /// digests, each watcher's digest, the simulated end.
     pub trace: Vec<String>,
     /// FNV-1a of `trace`: equal for two runs of a seed that replays exactly.
     pub trace_hash: u64,
@@ -236,14 +324,16 @@ impl SeedReport {
     /// One line: seed, size, counts, times, verdict.
     pub fn summary(&self) -> String {
         format!(
-            "seed {}: {} members, {} clients, {} faults, {} ops ({} unknown), {:.1}s simulated \
-             in {:.1}s, {}",
+            "seed {}: {} members, {} clients, {} watchers, {} faults, {} ops ({} unknown), {} \
+             watch events, {:.1}s simulated in {:.1}s, {}",
             self.seed,
             self.plan.nodes,
             self.clients,
+            self.watchers,
             self.injected,
             self.operations,
             self.unknown,
+            self.watch_events,
             self.simulated.as_secs_f64(),
             self.real.as_secs_f64(),
             if self.passed() { "ok" } else { "FAILED" }
