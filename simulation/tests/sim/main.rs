@@ -13,3 +13,4 @@ mod leader_isolation;
 mod replay;
 mod seeds;
 mod support;
+mod watch;
