@@ -233,7 +233,11 @@ impl WatchStream {
     }
 
     async fn create(&mut self, create: &WatchCreateRequest) -> Result<(), Stop> {
-        let current = self.outbox.node.store().current_revision()?;
+        // "Now" is where the stream has followed the feed to, once it has taken every
+        // batch published so far: a watch from now is synced from the start, and its
+        // created revision is one every later progress report is at or above.
+        self.drain_feed().await?;
+        let current = self.position;
         if create.start_revision < 0 {
             return self.refuse(current, status::COMPACTED).await;
         }
