@@ -17,10 +17,11 @@ use tokio::sync::broadcast;
 use super::RevisionStore;
 use crate::proto::mvccpb::Event;
 
-/// Batches the feed holds for its slowest subscriber. A batch holds at most the
-/// apply path's flush size (4 MiB) of changes, and a batch every subscriber has read
-/// is freed at once, so this bounds a node's memory for watch events in flight at
-/// 128 MiB in the worst case and to a few batches in practice.
+/// Batches the feed holds for its slowest subscriber. A batch is what the apply path
+/// writes at once: up to its flush size (4 MiB) of changes, more only when one command
+/// changes more (a DeleteRange of many keys), plus each key's previous version. A batch
+/// every subscriber has read is freed at once, so a node holds about 32 x 8 MiB of
+/// watch events at worst, and a few batches in practice (docs/architecture.md).
 const FEED_BATCHES: usize = 32;
 
 /// What one write to the store made.
