@@ -666,6 +666,25 @@ async fn every_member_sees_the_same_events_across_a_leader_kill_and_a_resume_els
         &joined, everything,
         "resuming elsewhere lost or repeated events"
     );
+
+    // The killed member, restarted, replays the same history from its own store.
+    cluster.restart(leader).await;
+    let options = WatchOptions::new()
+        .with_prefix()
+        .with_prev_key()
+        .with_start_revision(start + 1);
+    let mut replay = cluster
+        .client(leader)
+        .await
+        .watch("load/", Some(options))
+        .await
+        .unwrap();
+    assert!(next(&mut replay).await.created());
+    let (replayed, _) = events_through(&mut replay, last).await;
+    assert_eq!(
+        &replayed, everything,
+        "the restarted member replays other events"
+    );
 }
 
 #[tokio::test]
