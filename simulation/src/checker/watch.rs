@@ -212,188 +212,31 @@ impl<'e> Watcher<'e> {
         writes: &Writes<'_>,
         report: &mut Report,
     ) -> Self {
-        let name = log.watcher();
-        let mut watcher = Watcher {
-            name,
-            prefix: log.prefix(),
-            delivered: Vec::new(),
-            by_revision_key: BTreeMap::new(),
-            spans: Vec::new(),
-        };
-        // The highest event revision so far, and the highest revision a progress
-        // notification (or a watch from now) vouched for.
-        let (mut high_event, mut mark) = (0i64, 0i64);
-        // Where the span being walked began; `None` before the first one.
-        let mut open: Option<i64> = None;
-        // Writes up to this revision are known delivered before the last bookmark.
-        let mut bookmarked = 0i64;
-        // The watch being walked: where it started (0: from now).
-        let mut start_revision = 0i64;
-        let mut segment = 0usize;
-        let mut responses = 0usize;
-        let mut response_of_revision: BTreeMap<i64, usize> = BTreeMap::new();
-        // Why the last watch ended, for a liveness violation.
-        let mut last_end: Option<&str> = None;
+        let mut walk = Walk::new(log);
         for entry in entries {
-            let response = match entry {
-                WatchEntry::Started {
-                    start_revision: start,
-                    ..
-                } => {
-                    start_revision = *start;
-                    if open.is_none() && watcher.spans.is_empty() && *start > 0 {
-                        open = Some(*start);
-                    }
-                    continue;
-                }
+            match entry {
+                WatchEntry::Started { start_revision, .. } => walk.start(*start_revision),
+                WatchEntry::Response(response) => walk.response(response, writes, report),
+                WatchEntry::Ended { reason, .. } => walk.last_end = Some(reason),
                 WatchEntry::Finished {
                     delivered,
                     target: Some(target),
                     at,
                 } if delivered < target => {
-                    report.add(name, "watch-liveness", || {
+                    let last_end = walk.last_end.unwrap_or("never opened");
+                    report.add(walk.watcher.name, "watch-liveness", || {
                         format!(
                             "stopped at {:.3}s having delivered up to revision {delivered}, \
                              short of revision {target}, the last acknowledged write (its \
-                             last watch ended: {})",
-                            at.as_secs_f64(),
-                            last_end.unwrap_or("never opened")
-                        )
-                    });
-                    continue;
-                }
-                WatchEntry::Ended { reason, .. } => {
-                    last_end = Some(reason);
-                    continue;
-                }
-                WatchEntry::Response(response) => response,
-                WatchEntry::Finished { .. } => continue,
-            };
-            let index = responses;
-            responses += 1;
-            let last = high_event.max(mark);
-            if response.canceled && response.compact_revision > 0 {
-                let compacted = response.compact_revision;
-                if compacted > writes.compactable {
-                    report.add(name, "watch-compaction", || {
-                        format!(
-                            "{} canceled the watch at compact revision {compacted}, but no \
-                             Compact asked for more than {}",
-                            where_from(response),
-                            writes.compactable
+                             last watch ended: {last_end})",
+                            at.as_secs_f64()
                         )
                     });
                 }
-                if compacted <= start_revision || start_revision == 0 {
-                    report.add(name, "watch-compaction", || {
-                        format!(
-                            "{} canceled a watch from revision {start_revision} as compacted \
-                             at {compacted}: its start was not compacted",
-                            where_from(response)
-                        )
-                    });
-                }
-                if compacted > last + 1 {
-                    // Revisions last+1..=compacted-1 are gone: the watcher vouches for
-                    // nothing there. Revision `compacted` itself may come or not (etcd
-                    // keeps a put there, not a delete).
-                    if let Some(lo) = open.take() {
-                        if last >= lo {
-                            watcher.spans.push((lo, last));
-                        }
-                    }
-                    open = Some(compacted + 1);
-                    segment += 1;
-                }
-            }
-            let before = high_event;
-            let mut previous_in_response = 0i64;
-            for event in &response.events {
-                let revision = event.mod_revision;
-                let delivered = Delivered {
-                    event,
-                    member: &response.member,
-                    at: response.at,
-                    segment,
-                };
-                if revision < before || revision < previous_in_response {
-                    report.add(name, "watch-ordered", || {
-                        format!(
-                            "{} came after an event at revision {}",
-                            describe(&delivered),
-                            before.max(previous_in_response)
-                        )
-                    });
-                }
-                if revision <= mark {
-                    report.add(name, "watch-bookmarkable", || {
-                        format!(
-                            "{} came after a progress notification at revision {mark}",
-                            describe(&delivered)
-                        )
-                    });
-                }
-                if let Some(first) = watcher.by_revision_key.get(&(revision, event.key.as_str())) {
-                    let first = &watcher.delivered[*first];
-                    report.add(name, "watch-unique", || {
-                        format!(
-                            "{} was delivered twice, first as {}",
-                            describe(&delivered),
-                            describe(first)
-                        )
-                    });
-                } else {
-                    watcher
-                        .by_revision_key
-                        .insert((revision, &event.key), watcher.delivered.len());
-                }
-                let first_response = *response_of_revision.entry(revision).or_insert(index);
-                if first_response != index {
-                    report.add(name, "watch-atomic", || {
-                        format!(
-                            "{} came in response {index}, but revision {revision} already had \
-                             events in response {first_response}",
-                            describe(&delivered)
-                        )
-                    });
-                }
-                // A watch from now that sent an event before its creation: the watcher
-                // vouches for everything from that event on.
-                open.get_or_insert(revision);
-                previous_in_response = previous_in_response.max(revision);
-                high_event = high_event.max(revision);
-                watcher.delivered.push(delivered);
-            }
-            let vouches = response.is_progress_notification()
-                || (response.created && !response.canceled && start_revision == 0);
-            if vouches {
-                let revision = response.header_revision;
-                let lo = *open.get_or_insert(revision + 1);
-                for (written, write) in
-                    writes.watched(watcher.prefix, lo.max(bookmarked + 1), revision)
-                {
-                    if !watcher.by_revision_key.contains_key(&(written, write.key)) {
-                        report.add(name, "watch-bookmarkable", || {
-                            format!(
-                                "{} vouched for revision {revision}, but {} (revision \
-                                 {written}) had not been delivered",
-                                where_from(response),
-                                write.op
-                            )
-                        });
-                    }
-                }
-                bookmarked = bookmarked.max(revision);
-                mark = mark.max(revision);
+                WatchEntry::Finished { .. } => {}
             }
         }
-        if let Some(lo) = open {
-            let last = high_event.max(mark);
-            if last >= lo {
-                watcher.spans.push((lo, last));
-            }
-        }
-        watcher
+        walk.finish()
     }
 
     /// Every acknowledged write in a span the watcher vouches for was delivered, as
@@ -495,6 +338,241 @@ impl<'e> Watcher<'e> {
                 });
             }
         }
+    }
+}
+
+/// A watcher's log being walked in order: what it has shown so far.
+struct Walk<'e> {
+    watcher: Watcher<'e>,
+    /// The highest event revision so far.
+    high_event: i64,
+    /// The highest revision a progress notification (or the creation of a watch from
+    /// now) vouched for.
+    mark: i64,
+    /// Where the span being walked began; `None` before the first one.
+    open: Option<i64>,
+    /// Every write up to this revision was checked delivered at a bookmark.
+    bookmarked: i64,
+    /// Where the watch being walked started (0: from now).
+    start_revision: i64,
+    /// Compaction cancels so far.
+    segment: usize,
+    /// Responses so far.
+    responses: usize,
+    /// The response that brought each revision's first event.
+    response_of_revision: BTreeMap<i64, usize>,
+    /// Why the last watch ended, for a liveness violation.
+    last_end: Option<&'e str>,
+}
+
+impl<'e> Walk<'e> {
+    fn new(log: &'e WatchLog) -> Self {
+        Walk {
+            watcher: Watcher {
+                name: log.watcher(),
+                prefix: log.prefix(),
+                delivered: Vec::new(),
+                by_revision_key: BTreeMap::new(),
+                spans: Vec::new(),
+            },
+            high_event: 0,
+            mark: 0,
+            open: None,
+            bookmarked: 0,
+            start_revision: 0,
+            segment: 0,
+            responses: 0,
+            response_of_revision: BTreeMap::new(),
+            last_end: None,
+        }
+    }
+
+    /// The highest revision known delivered.
+    fn last(&self) -> i64 {
+        self.high_event.max(self.mark)
+    }
+
+    /// A watch (re)started from `start_revision` (0: now). The first one from a
+    /// revision vouches for everything from there on; later ones resume where the
+    /// watcher was, which the walk checks, not trusts.
+    fn start(&mut self, start_revision: i64) {
+        self.start_revision = start_revision;
+        if self.open.is_none() && self.watcher.spans.is_empty() && start_revision > 0 {
+            self.open = Some(start_revision);
+        }
+    }
+
+    fn response(
+        &mut self,
+        response: &'e WatchResponseRecord,
+        writes: &Writes<'_>,
+        report: &mut Report,
+    ) {
+        let index = self.responses;
+        self.responses += 1;
+        if response.canceled && response.compact_revision > 0 {
+            self.compaction_cancel(response, writes, report);
+        }
+        // Events must follow every earlier response's, and each other.
+        let mut floor = self.high_event;
+        for event in &response.events {
+            let delivered = Delivered {
+                event,
+                member: &response.member,
+                at: response.at,
+                segment: self.segment,
+            };
+            self.event(delivered, index, floor, report);
+            floor = floor.max(event.mod_revision);
+        }
+        let vouches = response.is_progress_notification()
+            || (response.created && !response.canceled && self.start_revision == 0);
+        if vouches {
+            self.bookmark(response, writes, report);
+        }
+    }
+
+    /// A cancel because the member no longer has the revisions the watch needs: the
+    /// watcher resumes at the compacted revision and vouches for nothing before it.
+    fn compaction_cancel(
+        &mut self,
+        response: &WatchResponseRecord,
+        writes: &Writes<'_>,
+        report: &mut Report,
+    ) {
+        let (name, compacted, start) = (
+            self.watcher.name,
+            response.compact_revision,
+            self.start_revision,
+        );
+        if compacted > writes.compactable {
+            report.add(name, "watch-compaction", || {
+                format!(
+                    "{} canceled the watch at compact revision {compacted}, but no Compact \
+                     asked for more than {}",
+                    where_from(response),
+                    writes.compactable
+                )
+            });
+        }
+        if compacted <= start || start == 0 {
+            report.add(name, "watch-compaction", || {
+                format!(
+                    "{} canceled a watch from revision {start} as compacted at {compacted}: \
+                     its start was not compacted",
+                    where_from(response)
+                )
+            });
+        }
+        let last = self.last();
+        if compacted > last + 1 {
+            // Revisions last+1..compacted are gone. Revision `compacted` itself may
+            // come or not (etcd keeps a put there, not a delete).
+            if let Some(lo) = self.open.take() {
+                if last >= lo {
+                    self.watcher.spans.push((lo, last));
+                }
+            }
+            self.open = Some(compacted + 1);
+            self.segment += 1;
+        }
+    }
+
+    /// One event, in response `index`, after events up to revision `floor`.
+    fn event(&mut self, delivered: Delivered<'e>, index: usize, floor: i64, report: &mut Report) {
+        let name = self.watcher.name;
+        let (revision, key) = (delivered.revision(), delivered.event.key.as_str());
+        if revision < floor {
+            report.add(name, "watch-ordered", || {
+                format!(
+                    "{} came after an event at revision {floor}",
+                    describe(&delivered)
+                )
+            });
+        }
+        let mark = self.mark;
+        if revision <= mark {
+            report.add(name, "watch-bookmarkable", || {
+                format!(
+                    "{} came after a progress notification at revision {mark}",
+                    describe(&delivered)
+                )
+            });
+        }
+        match self.watcher.by_revision_key.get(&(revision, key)) {
+            Some(first) => {
+                let first = &self.watcher.delivered[*first];
+                report.add(name, "watch-unique", || {
+                    format!(
+                        "{} was delivered twice, first as {}",
+                        describe(&delivered),
+                        describe(first)
+                    )
+                });
+            }
+            None => {
+                let at = self.watcher.delivered.len();
+                self.watcher.by_revision_key.insert((revision, key), at);
+            }
+        }
+        let first_response = *self.response_of_revision.entry(revision).or_insert(index);
+        if first_response != index {
+            report.add(name, "watch-atomic", || {
+                format!(
+                    "{} came in response {index}, but revision {revision} already had events \
+                     in response {first_response}",
+                    describe(&delivered)
+                )
+            });
+        }
+        // A watch from now that sent an event before its creation: the watcher vouches
+        // for everything from that event on.
+        self.open.get_or_insert(revision);
+        self.high_event = self.high_event.max(revision);
+        self.watcher.delivered.push(delivered);
+    }
+
+    /// A progress notification, or the creation of a watch from now: every event up
+    /// to its revision was delivered, and none may follow.
+    fn bookmark(
+        &mut self,
+        response: &WatchResponseRecord,
+        writes: &Writes<'_>,
+        report: &mut Report,
+    ) {
+        let revision = response.header_revision;
+        let lo = *self.open.get_or_insert(revision + 1);
+        let from = lo.max(self.bookmarked + 1);
+        for (written, write) in writes.watched(self.watcher.prefix, from, revision) {
+            if !self
+                .watcher
+                .by_revision_key
+                .contains_key(&(written, write.key))
+            {
+                report.add(self.watcher.name, "watch-bookmarkable", || {
+                    format!(
+                        "{} vouched for revision {revision}, but {} (revision {written}) had \
+                         not been delivered",
+                        where_from(response),
+                        write.op
+                    )
+                });
+            }
+        }
+        self.bookmarked = self.bookmarked.max(revision);
+        self.mark = self.mark.max(revision);
+    }
+
+    /// The watcher as walked, its last span closed at the last revision it knows
+    /// delivered.
+    fn finish(mut self) -> Watcher<'e> {
+        let last = self.last();
+        if let Some(lo) = self.open {
+            if last >= lo {
+                self.watcher.spans.push((lo, last));
+            }
+        }
+        self.watcher
     }
 }
 
