@@ -3,8 +3,8 @@
 //! member), crashes (of a follower, of the leader, of the leader in the middle of a
 //! write, of a majority), restarts, slow members, delay and loss, with two to four
 //! concurrent clients doing Put, Range, Txn compare-and-swap, DeleteRange and Compact,
-//! and every checker at the end. Split into four tests so that the harness runs them
-//! side by side.
+//! one or two watchers over their keys, and every checker at the end. Split into four
+//! tests so that the harness runs them side by side.
 //!
 //! A failing seed is printed with its fault plan, its faults as injected, its
 //! violations and the command that replays it with logs. With `--nocapture` every
