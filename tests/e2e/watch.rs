@@ -1,6 +1,7 @@
 //! Watch: one stream with many watches, every create option, history replay, cancel,
 //! progress, compaction, fragments, slow readers, and watches on every member across a
-//! leader kill and a resume on another member. Each test runs against QuantyKube and,
+//! leader kill and a resume on another member, all on three-member clusters, watching on
+//! a follower while writes go through the other. Each test runs against QuantyKube and,
 //! with `QK_TEST_TARGET=etcd`, against etcd; the few places where etcd 3.4 (Debian's)
 //! answers differently from the etcd 3.5 semantics we follow say so.
 
@@ -10,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    EventType, Txn, TxnOp, WatchFilterType, WatchOptions, WatchResponse, WatchStream,
+    Client, EventType, Txn, TxnOp, WatchFilterType, WatchOptions, WatchResponse, WatchStream,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -109,10 +110,21 @@ async fn collect(stream: &mut WatchStream, want: usize) -> BTreeMap<i64, Vec<Ev>
     got
 }
 
+/// A three-member cluster, the index of a follower, a client of that follower (to
+/// watch on) and a client of the other follower (to write through: its writes are
+/// forwarded to the leader, and the watching member learns of them by replication).
+async fn on_a_follower(options: ClusterOptions) -> (Cluster, usize, Client, Client) {
+    let cluster = options.start().await;
+    let leader = cluster.leader_index().await;
+    let (watching, writing) = ((leader + 1) % 3, (leader + 2) % 3);
+    let watch_client = cluster.client(watching).await;
+    let writer = cluster.client(writing).await;
+    (cluster, watching, watch_client, writer)
+}
+
 #[tokio::test]
 async fn one_stream_carries_many_watches_with_their_ranges_filters_and_ids() {
-    let cluster = Cluster::start(1).await;
-    let mut client = cluster.client(0).await;
+    let (_cluster, _, mut client, mut writer) = on_a_follower(ClusterOptions::new(3)).await;
     let mut stream = client.watch("a", None).await.expect("watch");
     let created = next(&mut stream).await;
     assert!(created.created());
@@ -156,7 +168,7 @@ async fn one_stream_carries_many_watches_with_their_ranges_filters_and_ids() {
     let prefix_again = create(&mut stream, "b", WatchOptions::new().with_prefix()).await;
     assert_eq!(prefix_again, 4);
 
-    let base = current_revision(&mut client).await;
+    let base = current_revision(&mut writer).await;
     for (key, value) in [
         ("a", "1"),
         ("b1", "1"),
@@ -167,10 +179,10 @@ async fn one_stream_carries_many_watches_with_their_ranges_filters_and_ids() {
         ("x", "1"),
         ("f", "1"),
     ] {
-        client.put(key, value, None).await.expect("put");
+        writer.put(key, value, None).await.expect("put");
     }
-    client.delete("c", None).await.expect("delete");
-    client.delete("e", None).await.expect("delete");
+    writer.delete("c", None).await.expect("delete");
+    writer.delete("e", None).await.expect("delete");
     let r = |n: i64| base + n;
     let got = collect(&mut stream, 8).await;
     let expected: BTreeMap<i64, Vec<Ev>> = [
@@ -202,15 +214,16 @@ async fn one_stream_carries_many_watches_with_their_ranges_filters_and_ids() {
 
 #[tokio::test]
 async fn a_watch_from_a_past_revision_replays_history_atomically_with_prev_kv() {
-    let cluster = Cluster::start(1).await;
-    let mut client = cluster.client(0).await;
-    let base = current_revision(&mut client).await;
-    client.put("k1", "a", None).await.unwrap(); // base + 1
-    client.put("k2", "a", None).await.unwrap(); // base + 2
+    let (_cluster, _, mut client, mut writer) = on_a_follower(ClusterOptions::new(3)).await;
+    let base = current_revision(&mut writer).await;
+    writer.put("k1", "a", None).await.unwrap(); // base + 1
+    writer.put("k2", "a", None).await.unwrap(); // base + 2
     let txn = Txn::new().and_then([TxnOp::put("k1", "b", None), TxnOp::delete("k2", None)]);
-    client.txn(txn).await.unwrap(); // base + 3
-    client.put("k1", "c", None).await.unwrap(); // base + 4
+    writer.txn(txn).await.unwrap(); // base + 3
+    writer.put("k1", "c", None).await.unwrap(); // base + 4
     let r = |n: i64| base + n;
+    // A linearizable read on the watching member: it has applied everything so far.
+    assert_eq!(current_revision(&mut client).await, r(4));
 
     let options = WatchOptions::new()
         .with_prefix()
@@ -245,18 +258,19 @@ async fn a_watch_from_a_past_revision_replays_history_atomically_with_prev_kv() 
     );
     assert_eq!(got[3].version, 3, "{got:?}");
     // Live events follow history without a gap.
-    client.put("k3", "a", None).await.unwrap();
+    writer.put("k3", "a", None).await.unwrap();
     let live = events_of(&next(&mut stream).await);
     assert_eq!(unversioned(live), vec![ev(true, "k3", "a", r(5), None)]);
 
     // From "now" (0): the created header says where it starts; only later events come.
+    assert_eq!(current_revision(&mut client).await, r(5));
     let mut from_now = client
         .watch("k", Some(WatchOptions::new().with_prefix()))
         .await
         .unwrap();
     let created = next(&mut from_now).await;
     assert_eq!(header_rev(created.header()), r(5));
-    client.put("k1", "d", None).await.unwrap();
+    writer.put("k1", "d", None).await.unwrap();
     assert_eq!(
         unversioned(events_of(&next(&mut from_now).await)),
         vec![ev(true, "k1", "d", r(6), None)]
@@ -266,8 +280,8 @@ async fn a_watch_from_a_past_revision_replays_history_atomically_with_prev_kv() 
     let future = WatchOptions::new().with_prefix().with_start_revision(r(8));
     let mut later = client.watch("k", Some(future)).await.unwrap();
     assert!(next(&mut later).await.created());
-    client.put("k1", "e", None).await.unwrap(); // r(7)
-    client.put("k1", "f", None).await.unwrap(); // r(8)
+    writer.put("k1", "e", None).await.unwrap(); // r(7)
+    writer.put("k1", "f", None).await.unwrap(); // r(8)
     assert_eq!(
         unversioned(events_of(&next(&mut later).await)),
         vec![ev(true, "k1", "f", r(8), None)]
@@ -276,8 +290,7 @@ async fn a_watch_from_a_past_revision_replays_history_atomically_with_prev_kv() 
 
 #[tokio::test]
 async fn create_request_edge_cases_are_answered_as_etcd_answers_them() {
-    let cluster = Cluster::start(1).await;
-    let mut client = cluster.client(0).await;
+    let (cluster, _, mut client, mut writer) = on_a_follower(ClusterOptions::new(3)).await;
     // No key with range end "\0" is every key.
     let mut all = client
         .watch("", Some(WatchOptions::new().with_all_keys()))
@@ -290,10 +303,10 @@ async fn create_request_edge_cases_are_answered_as_etcd_answers_them() {
         .with_filters([WatchFilterType::NoPut, WatchFilterType::NoDelete]);
     let mut nothing = client.watch("", Some(both)).await.unwrap();
     assert!(next(&mut nothing).await.created());
-    let base = current_revision(&mut client).await;
-    client.put("\u{1}", "low", None).await.unwrap();
-    client.put("zzz", "high", None).await.unwrap();
-    client.delete("zzz", None).await.unwrap();
+    let base = current_revision(&mut writer).await;
+    writer.put("\u{1}", "low", None).await.unwrap();
+    writer.put("zzz", "high", None).await.unwrap();
+    writer.delete("zzz", None).await.unwrap();
     let got = collect(&mut all, 3).await.remove(&0).unwrap_or_default();
     assert_eq!(
         unversioned(got),
@@ -325,15 +338,12 @@ async fn create_request_edge_cases_are_answered_as_etcd_answers_them() {
 
 #[tokio::test]
 async fn progress_is_reported_on_request_and_to_idle_watchers_that_ask() {
-    let cluster = ClusterOptions::new(1)
-        .arg("--experimental-watch-progress-notify-interval=500ms")
-        .start()
-        .await;
-    let mut client = cluster.client(0).await;
+    let options = ClusterOptions::new(3).arg("--experimental-watch-progress-notify-interval=500ms");
+    let (cluster, _, mut client, mut writer) = on_a_follower(options).await;
     let options = WatchOptions::new().with_prefix().with_progress_notify();
     let mut stream = client.watch("p", Some(options)).await.unwrap();
     let id = next(&mut stream).await.watch_id();
-    client.put("other", "1", None).await.unwrap();
+    writer.put("other", "1", None).await.unwrap();
     let current = current_revision(&mut client).await;
 
     // An idle watcher that asked for progress hears the revision within the interval.
@@ -356,10 +366,11 @@ async fn progress_is_reported_on_request_and_to_idle_watchers_that_ask() {
     if cluster.target() == Target::Quantykube {
         // Bookmarkable (etcd 3.5's rule; etcd 3.4 answers at once): a watcher replaying
         // history holds the answer back until everything up to its revision was sent.
-        let base = current_revision(&mut client).await;
+        let base = current_revision(&mut writer).await;
         for i in 0..300 {
-            client.put(format!("h{i:03}"), "v", None).await.unwrap();
+            writer.put(format!("h{i:03}"), "v", None).await.unwrap();
         }
+        assert_eq!(current_revision(&mut client).await, base + 300);
         let history = WatchOptions::new()
             .with_prefix()
             .with_start_revision(base + 1);
@@ -380,14 +391,15 @@ async fn progress_is_reported_on_request_and_to_idle_watchers_that_ask() {
 
 #[tokio::test]
 async fn compaction_cancels_watches_that_need_removed_history() {
-    let cluster = Cluster::start(1).await;
-    let mut client = cluster.client(0).await;
-    let base = current_revision(&mut client).await;
+    let (_cluster, _, mut client, mut writer) = on_a_follower(ClusterOptions::new(3)).await;
+    let base = current_revision(&mut writer).await;
     for i in 0..10 {
-        client.put("c", format!("{i}"), None).await.unwrap();
+        writer.put("c", format!("{i}"), None).await.unwrap();
     }
     let compact_at = base + 6;
-    client.compact(compact_at, None).await.unwrap();
+    writer.compact(compact_at, None).await.unwrap();
+    // The watching member has applied the compaction.
+    current_revision(&mut client).await;
 
     let old = WatchOptions::new().with_start_revision(base + 3);
     let mut stream = client.watch("c", Some(old)).await.unwrap();
@@ -410,12 +422,9 @@ async fn compaction_cancels_watches_that_need_removed_history() {
 #[tokio::test]
 async fn large_responses_are_fragmented_for_watchers_that_allow_it() {
     let max_request = 64 * 1024;
-    let cluster = ClusterOptions::new(1)
-        .arg(format!("--max-request-bytes={max_request}"))
-        .start()
-        .await;
-    let mut client = cluster.client(0).await;
-    let base = current_revision(&mut client).await;
+    let options = ClusterOptions::new(3).arg(format!("--max-request-bytes={max_request}"));
+    let (_cluster, _, mut client, mut writer) = on_a_follower(options).await;
+    let base = current_revision(&mut writer).await;
     let value = "v".repeat(60 * 1024);
     for i in 0..40 {
         client
@@ -541,7 +550,11 @@ async fn events_through(stream: &mut WatchStream, revision: i64) -> (Vec<Ev>, bo
                     return (events, true);
                 }
             }
-            Ok(Ok(None)) | Ok(Err(_)) => return (events, false),
+            Ok(Ok(None)) => return (events, false),
+            Ok(Err(error)) => {
+                eprintln!("watch stream broke: {error}");
+                return (events, false);
+            }
             Err(_) => panic!(
                 "no event through {revision} in time; got {} events",
                 events.len()
@@ -835,9 +848,15 @@ async fn ten_thousand_watchers_on_a_stream_and_a_thousand_streams_stay_cheap() {
     const WATCHERS: usize = 10_000;
     const STREAMS: usize = 1_000;
     const PUTS: usize = 200;
-    let cluster = Cluster::start(1).await;
-    let mut client = cluster.client(0).await;
-    let before = cluster.rss_bytes(0);
+    if Target::from_env() == Target::Etcd {
+        // Against etcd 3.4 every stream breaks: etcd-client's HTTP/2 library (h2) ends
+        // the connection with ENHANCE_YOUR_CALM ("too_many_data_frames") for the many
+        // small DATA frames etcd sends.
+        eprintln!("skipped against etcd");
+        return;
+    }
+    let (cluster, watching, mut client, mut writer) = on_a_follower(ClusterOptions::new(3)).await;
+    let before = cluster.rss_bytes(watching);
 
     // One stream, one watcher per key.
     let mut many = client.watch("s/00000", None).await.unwrap();
@@ -860,11 +879,11 @@ async fn ten_thousand_watchers_on_a_stream_and_a_thousand_streams_stay_cheap() {
         assert!(next(&mut stream).await.created());
         streams.push(stream);
     }
-    let with_watchers = cluster.rss_bytes(0);
+    let with_watchers = cluster.rss_bytes(watching);
 
     // Read every stream while writing, as a real client does (h2 refuses to buffer
     // unbounded small frames for a reader that does not read).
-    let base = current_revision(&mut client).await;
+    let base = current_revision(&mut writer).await;
     let last = base + PUTS as i64;
     let readers: Vec<_> = streams
         .into_iter()
@@ -878,14 +897,13 @@ async fn ten_thousand_watchers_on_a_stream_and_a_thousand_streams_stay_cheap() {
         .collect();
     let per_key = tokio::spawn(async move { collect(&mut many, PUTS).await });
     let key_of = |n: usize| (n * 7919) % WATCHERS;
-    let mut writer = cluster.client(0).await;
     for n in 0..PUTS {
         writer
             .put(format!("s/{:05}", key_of(n)), n.to_string(), None)
             .await
             .unwrap();
     }
-    let peak = cluster.rss_bytes(0);
+    let peak = cluster.rss_bytes(watching);
     // Every per-key watcher gets exactly its key's events.
     for (id, events) in per_key.await.unwrap() {
         for e in events {
