@@ -4,8 +4,8 @@
 //! Compiled only with the `planted-bugs` feature, which only the simulation crate
 //! enables. Every switch is off until a test turns it on; the server consults this
 //! module at exactly four places (read index, write acknowledgement, apply, a watch's
-//! catch-up), each
-//! behind the same feature. It must never be enabled in a build that serves users.
+//! catch-up), each behind the same feature. It must never be enabled in a build that
+//! serves users.
 
 use std::sync::Mutex;
 

@@ -4,7 +4,8 @@
 //! `WriteBatch`, together with the store's counters (kept in memory meanwhile) and the
 //! last applied log id, and writes it in one go when flushed: DESIGN's "one WriteBatch
 //! per applied batch". A crash before the flush loses the whole run and the log replays
-//! it; after it, the log id says it is done, so nothing is applied twice. Each command
+//! it; after it, the log id says it is done, so nothing is applied twice. Once written,
+//! the batch's events (each with the key's previous version) go to the change feed. Each command
 //! runs in a [`WriteTxn`]; reads see the changes staged before them through an overlay
 //! of the latest state of every changed key. A command the overlay cannot serve (a read
 //! at an explicit revision, a compare on a changed key, a put that may fail after

@@ -1,4 +1,5 @@
-//! One watcher: what it watches, how it wants its events, and how far it has got.
+//! One watcher: what it watches, how it wants its events, and how far it has got. It
+//! only chooses events; sending them is the stream's.
 
 use bytes::Bytes;
 
