@@ -49,6 +49,9 @@ pub fn future_revision() -> Status {
 pub fn lease_not_found() -> Status {
     Status::not_found("etcdserver: requested lease not found")
 }
+pub fn lease_exists() -> Status {
+    Status::failed_precondition("etcdserver: lease already exists")
+}
 pub fn no_leader() -> Status {
     Status::unavailable("etcdserver: no leader")
 }
@@ -78,6 +81,7 @@ pub fn from_store(error: StoreError) -> Status {
         StoreError::FutureRevision => future_revision(),
         StoreError::KeyNotFound => key_not_found(),
         StoreError::LeaseNotFound => lease_not_found(),
+        StoreError::LeaseExists => lease_exists(),
         other => internal("store", &other),
     }
 }
@@ -88,6 +92,7 @@ pub fn from_command_error(kind: Kind) -> Status {
         Kind::FutureRevision => future_revision(),
         Kind::KeyNotFound => key_not_found(),
         Kind::LeaseNotFound => lease_not_found(),
+        Kind::LeaseExists => lease_exists(),
         Kind::Unspecified => internal("apply", &"unspecified command error"),
     }
 }

@@ -17,6 +17,10 @@
 //! entry so that reads at the current revision (every put's previous version, compares,
 //! most ranges) are one point lookup, or one entry per key in a scan, instead of a walk
 //! over every version.
+//!
+//! `lease` column family: `b'L' ++ be(id)` to `be(granted_ttl) ++ be(remaining_ttl)`
+//! (remaining 0 until a checkpoint records one) for each live lease, and
+//! `b'K' ++ be(id) ++ user_key`, empty, for each key attached to it.
 
 use bytes::Bytes;
 
@@ -26,6 +30,72 @@ const ESCAPE: u8 = 0x00;
 const ESCAPED_ZERO: u8 = 0xFF;
 const TERMINATOR: u8 = 0x01;
 const REVISION_LEN: usize = 8;
+
+const LEASE_RECORD: u8 = b'L';
+const LEASE_ATTACHMENT: u8 = b'K';
+const LEASE_ID_LEN: usize = 8;
+
+/// The key of lease `id`'s record.
+pub fn lease_record_key(id: i64) -> [u8; 1 + LEASE_ID_LEN] {
+    lease_prefixed(LEASE_RECORD, id)
+}
+
+/// Where every lease record lives: the bounds of a scan over all of them.
+pub fn lease_records_bounds() -> ([u8; 1], [u8; 1]) {
+    ([LEASE_RECORD], [LEASE_RECORD + 1])
+}
+
+/// The id in a lease record's key.
+pub fn lease_record_id(raw: &[u8]) -> Result<i64, StoreError> {
+    match raw {
+        [LEASE_RECORD, id @ ..] => lease_id(id),
+        _ => Err(StoreError::corrupt("bad lease record key")),
+    }
+}
+
+/// A lease record's value: its granted TTL and the remaining TTL last checkpointed.
+pub fn lease_record_value(ttl: i64, remaining_ttl: i64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&ttl.to_be_bytes());
+    out[8..].copy_from_slice(&remaining_ttl.to_be_bytes());
+    out
+}
+
+/// (granted TTL, remaining TTL) of a lease record's value.
+pub fn split_lease_record_value(raw: &[u8]) -> Result<(i64, i64), StoreError> {
+    let (ttl, remaining) = raw
+        .split_first_chunk::<8>()
+        .ok_or_else(|| StoreError::corrupt("short lease record"))?;
+    let remaining: &[u8; 8] = remaining
+        .try_into()
+        .map_err(|_| StoreError::corrupt("bad lease record length"))?;
+    Ok((i64::from_be_bytes(*ttl), i64::from_be_bytes(*remaining)))
+}
+
+/// The key recording that `user_key` is attached to lease `id`.
+pub fn lease_attachment_key(id: i64, user_key: &[u8]) -> Vec<u8> {
+    let mut out = lease_prefixed(LEASE_ATTACHMENT, id).to_vec();
+    out.extend_from_slice(user_key);
+    out
+}
+
+/// The prefix every attachment of lease `id` starts with.
+pub fn lease_attachments_prefix(id: i64) -> [u8; 1 + LEASE_ID_LEN] {
+    lease_prefixed(LEASE_ATTACHMENT, id)
+}
+
+fn lease_prefixed(tag: u8, id: i64) -> [u8; 1 + LEASE_ID_LEN] {
+    let mut out = [tag; 1 + LEASE_ID_LEN];
+    out[1..].copy_from_slice(&id.to_be_bytes());
+    out
+}
+
+fn lease_id(raw: &[u8]) -> Result<i64, StoreError> {
+    let raw: &[u8; LEASE_ID_LEN] = raw
+        .try_into()
+        .map_err(|_| StoreError::corrupt("bad lease id"))?;
+    Ok(i64::from_be_bytes(*raw))
+}
 
 /// The escaped form of a user key: order-preserving and prefix-free.
 pub fn escape_key(user_key: &[u8]) -> Vec<u8> {

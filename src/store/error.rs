@@ -17,6 +17,9 @@ pub enum StoreError {
     /// A put names a lease that does not exist.
     #[error("requested lease not found")]
     LeaseNotFound,
+    /// A grant names a lease that already exists.
+    #[error("lease already exists")]
+    LeaseExists,
     #[error("rocksdb: {0}")]
     Rocks(#[from] rocksdb::Error),
     #[error("store data is corrupt: {0}")]
@@ -39,6 +42,7 @@ impl StoreError {
                 | StoreError::FutureRevision
                 | StoreError::KeyNotFound
                 | StoreError::LeaseNotFound
+                | StoreError::LeaseExists
         )
     }
 }

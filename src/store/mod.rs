@@ -1,8 +1,8 @@
 //! The revision store: etcd's MVCC key space on RocksDB.
 //!
-//! It owns the `kv`, `history`, `latest` and `meta` column families of a node's
-//! database: every version of every key, the revision-ordered change log, the newest
-//! version of every live key, and the store's counters (current and compacted revision,
+//! It owns the `kv`, `history`, `latest`, `meta` and `lease` column families of a
+//! node's database: every version of every key, the revision-ordered change log, the
+//! newest version of every live key, live leases and their keys, and the store's counters (current and compacted revision,
 //! applied raft log id, membership), and the feed of changes that watches follow.
 //! Reads are served
 //! from a RocksDB snapshot so that a response sees one revision; writes arrive only
@@ -16,6 +16,7 @@ mod error;
 mod events;
 mod feed;
 mod latest;
+mod lease;
 mod meta;
 mod range;
 mod snapshot;
@@ -29,6 +30,7 @@ use rocksdb::{BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, Options, 
 pub use error::StoreError;
 pub use events::{EventPage, Interest};
 pub use feed::Changes;
+pub use lease::LeaseRecord;
 pub use meta::{read_applied, read_member_attributes, AppliedState};
 pub use range::in_range;
 pub use snapshot::{keep_received_snapshot, latest_snapshot, SnapshotInfo};
@@ -40,9 +42,10 @@ pub(crate) const CF_KV: &str = "kv";
 pub(crate) const CF_HISTORY: &str = "history";
 pub(crate) const CF_LATEST: &str = "latest";
 pub(crate) const CF_META: &str = "meta";
+pub(crate) const CF_LEASE: &str = "lease";
 
 /// Column families the revision store owns in the node's database.
-pub const STORE_COLUMN_FAMILIES: &[&str] = &[CF_KV, CF_HISTORY, CF_LATEST, CF_META];
+pub const STORE_COLUMN_FAMILIES: &[&str] = &[CF_KV, CF_HISTORY, CF_LATEST, CF_META, CF_LEASE];
 
 /// A node's database: one RocksDB holding the store's and the raft log's column families,
 /// so that one WAL orders them and one fsync makes both durable.

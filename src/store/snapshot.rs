@@ -21,13 +21,13 @@ use quantykube_raft::SnapshotMeta;
 use rocksdb::checkpoint::Checkpoint;
 use rocksdb::{IteratorMode, Options, ReadOptions, WriteBatch, DB};
 
-use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_LATEST, CF_META};
+use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_LATEST, CF_LEASE, CF_META};
 
 const MAGIC: &[u8; 8] = b"QKSNAP01";
 const END: u8 = 0xFF;
 /// Column families carried, by their record tag (the tag is the index; new families go
 /// last, so that files written before them still read).
-const CARRIED: [&str; 4] = [CF_KV, CF_HISTORY, CF_META, CF_LATEST];
+const CARRIED: [&str; 5] = [CF_KV, CF_HISTORY, CF_META, CF_LATEST, CF_LEASE];
 const INSTALL_BATCH_BYTES: usize = 4 << 20;
 const CHECKPOINT_PREFIX: &str = "checkpoint-";
 const SNAPSHOT_EXTENSION: &str = "snap";

@@ -1056,3 +1056,173 @@ fn the_feed_carries_exactly_what_history_replays() {
         }
     }
 }
+
+impl Harness {
+    fn grant(&mut self, id: i64, ttl: i64) -> R {
+        self.apply(C::LeaseGrant(LeaseGrantRequest { ttl, id }))
+    }
+
+    fn revoke(&mut self, id: i64) -> R {
+        self.apply(C::LeaseRevoke(LeaseRevokeRequest { id }))
+    }
+
+    fn put_with_lease(&mut self, key: &str, value: &str, lease: i64) -> R {
+        self.apply(C::Put(PutRequest {
+            key: b(key),
+            value: b(value),
+            lease,
+            ..Default::default()
+        }))
+    }
+
+    fn lease_keys(&self, id: i64) -> Vec<String> {
+        self.store
+            .lease_keys(id)
+            .unwrap()
+            .iter()
+            .map(|k| String::from_utf8(k.to_vec()).unwrap())
+            .collect()
+    }
+}
+
+fn error_kind(result: R) -> Kind {
+    match result {
+        R::Error(e) => Kind::try_from(e.kind).unwrap(),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[test]
+fn leases_are_granted_once_and_keys_follow_their_lease() {
+    let mut h = Harness::new();
+    let before = h.store.current_revision().unwrap();
+    match h.grant(7, 60) {
+        R::LeaseGrant(g) => assert_eq!((g.id, g.ttl), (7, 60)),
+        other => panic!("{other:?}"),
+    }
+    // A grant takes no revision; a second grant of the id is refused.
+    assert_eq!(h.store.current_revision().unwrap(), before);
+    assert_eq!(error_kind(h.grant(7, 10)), Kind::LeaseExists);
+    assert_eq!(h.store.lease(7).unwrap().unwrap().ttl, 60);
+    assert_eq!(
+        error_kind(h.put_with_lease("a", "1", 8)),
+        Kind::LeaseNotFound
+    );
+
+    h.grant(8, 30);
+    h.put_with_lease("a", "1", 7);
+    h.put_with_lease("b", "1", 7);
+    h.put_with_lease("c", "1", 8);
+    assert_eq!(h.lease_keys(7), ["a", "b"]);
+    // A put moves the key to its new lease; ignore_lease keeps it; no lease detaches it.
+    h.put_with_lease("b", "2", 8);
+    h.apply(C::Put(PutRequest {
+        key: b("c"),
+        value: b("2"),
+        ignore_lease: true,
+        ..Default::default()
+    }));
+    h.put("a", "2");
+    assert_eq!(h.lease_keys(7), Vec::<String>::new());
+    assert_eq!(h.lease_keys(8), ["b", "c"]);
+    // A deleted key leaves its lease.
+    h.delete("c", "");
+    assert_eq!(h.lease_keys(8), ["b"]);
+    let ids: Vec<i64> = h.store.leases().unwrap().iter().map(|l| l.id).collect();
+    assert_eq!(ids, [7, 8]);
+
+    // A checkpoint records the remaining TTL of live leases and skips the others.
+    h.apply(C::LeaseCheckpoint(LeaseCheckpointRequest {
+        checkpoints: vec![
+            LeaseCheckpoint {
+                id: 8,
+                remaining_ttl: 12,
+            },
+            LeaseCheckpoint {
+                id: 99,
+                remaining_ttl: 1,
+            },
+        ],
+    }));
+    assert_eq!(h.store.lease(8).unwrap().unwrap().remaining_ttl, 12);
+    assert_eq!(h.store.lease(99).unwrap(), None);
+}
+
+#[test]
+fn a_revoke_deletes_every_attached_key_in_one_revision() {
+    let mut h = Harness::new();
+    h.grant(5, 60);
+    h.put_with_lease("x1", "1", 5);
+    h.put_with_lease("x2", "1", 5);
+    h.put("y", "1");
+    let mut feed = h.store.subscribe();
+    let before = h.store.current_revision().unwrap();
+    match h.revoke(5) {
+        R::LeaseRevoke(r) => assert_eq!(r.header.unwrap().revision, before + 1),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.store.current_revision().unwrap(), before + 1);
+    assert!(h.get("x1").is_none() && h.get("x2").is_none());
+    assert!(h.get("y").is_some());
+    assert_eq!(h.store.lease(5).unwrap(), None);
+    assert!(h.lease_keys(5).is_empty());
+    // Watchers see both deletes in that one revision, with the values they had.
+    let changes = feed.try_recv().unwrap();
+    let deleted: Vec<(i64, String, String)> = changes
+        .events
+        .iter()
+        .map(|e| {
+            let kv = e.kv.as_ref().unwrap();
+            let prev = e.prev_kv.as_ref().unwrap();
+            (
+                kv.mod_revision,
+                String::from_utf8(kv.key.to_vec()).unwrap(),
+                String::from_utf8(prev.value.to_vec()).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        deleted,
+        [
+            (before + 1, "x1".to_owned(), "1".to_owned()),
+            (before + 1, "x2".to_owned(), "1".to_owned())
+        ]
+    );
+    assert_eq!(error_kind(h.revoke(5)), Kind::LeaseNotFound);
+    // A revoke of a lease with no keys takes no revision.
+    h.grant(6, 60);
+    h.revoke(6);
+    assert_eq!(h.store.current_revision().unwrap(), before + 1);
+}
+
+#[test]
+fn leases_travel_in_snapshots_and_grants_apply_in_batches() {
+    let h = Harness::new();
+    // A grant and a put on it in one apply batch: the put sees the grant.
+    let mut batch = h.store.begin_apply().unwrap();
+    let commands = [
+        C::LeaseGrant(LeaseGrantRequest { ttl: 60, id: 3 }),
+        C::Put(PutRequest {
+            key: b("k"),
+            value: b("v"),
+            lease: 3,
+            ..Default::default()
+        }),
+    ];
+    for (i, c) in commands.into_iter().enumerate() {
+        let command = Command { request: Some(c) };
+        let outcome = batch.command(&log_id(i as u64 + 1), &command).unwrap();
+        assert!(!matches!(outcome.result, Some(R::Error(_))), "{outcome:?}");
+    }
+    batch.flush().unwrap();
+    assert_eq!(h.get("k").unwrap().lease, 3);
+
+    let dir = tempfile::tempdir().unwrap();
+    let info = h.store.build_snapshot(dir.path()).unwrap();
+    let exported = latest_snapshot(dir.path(), true).unwrap().unwrap();
+    let other = Harness::new();
+    other.store.install_snapshot(&exported.path).unwrap();
+    assert_eq!(other.store.lease(3).unwrap().unwrap().ttl, 60);
+    assert_eq!(other.lease_keys(3), ["k"]);
+    assert_eq!(info.path, exported.path);
+}

@@ -104,7 +104,7 @@ pub fn check_path(
     revisions: Revisions,
     txn: &TxnRequest,
     path: &mut dyn Iterator<Item = bool>,
-    lease_exists: &dyn Fn(i64) -> bool,
+    lease_exists: &dyn Fn(i64) -> Result<bool, StoreError>,
 ) -> Result<(), StoreError> {
     let succeeded = path.next().unwrap_or(false);
     let write = !is_read_only(txn);
@@ -116,7 +116,7 @@ pub fn check_path(
                 {
                     return Err(StoreError::KeyNotFound);
                 }
-                if put.lease != 0 && !lease_exists(put.lease) {
+                if put.lease != 0 && !lease_exists(put.lease)? {
                     return Err(StoreError::LeaseNotFound);
                 }
             }

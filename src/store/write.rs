@@ -20,6 +20,7 @@ use super::encoding::{
     escape_key, history_key, latest_value, version_key, HistoryEntry, StoredVersion,
 };
 use super::feed::Changes;
+use super::lease::LeaseRecord;
 use super::meta::{self, Revisions};
 use super::range::{self, Overlay, Reader};
 use super::txn::{self, Path};
@@ -31,8 +32,10 @@ use crate::proto::command::{Command, CommandError, CommandResult, PublishMemberR
 use crate::proto::etcdserverpb::request_op::Request;
 use crate::proto::etcdserverpb::response_op::Response;
 use crate::proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
+    LeaseCheckpointRequest, LeaseCheckpointResponse, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
+    ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
 };
 use crate::proto::mvccpb::event::EventType;
 use crate::proto::mvccpb::{Event, KeyValue};
@@ -133,6 +136,12 @@ impl<'a> WriteTxn<'a> {
             None => StoredVersion::Tombstone,
         };
         let record = record.encode();
+        self.store.stage_attachment(
+            &mut self.staged.batch,
+            &key,
+            prev.as_ref().map_or(0, |p| p.lease),
+            state.as_ref().map_or(0, |s| s.lease),
+        )?;
         let latest = self.store.cf(CF_LATEST)?;
         match &state {
             Some(_) => self
@@ -261,6 +270,26 @@ impl<'a> WriteTxn<'a> {
         })
     }
 
+    /// Revokes lease `id`: every key attached to it is deleted in this one revision.
+    fn revoke(&mut self, req: &LeaseRevokeRequest) -> Result<LeaseRevokeResponse, StoreError> {
+        if !self.store.lease_exists(req.id)? {
+            return Err(StoreError::LeaseNotFound);
+        }
+        let attached = self.store.lease_keys(req.id)?;
+        for key in &attached {
+            match self.latest(key)? {
+                Some(kv) if kv.lease == req.id => self.stage(key.clone(), None, Some(kv))?,
+                // Never so while attachments follow their keys; removed below anyway.
+                _ => {}
+            }
+        }
+        self.store
+            .stage_lease_removal(&mut self.staged.batch, req.id, &attached)?;
+        Ok(LeaseRevokeResponse {
+            header: Some(header(self.visible_revision())),
+        })
+    }
+
     fn txn(&mut self, req: &TxnRequest) -> Result<TxnResponse, StoreError> {
         let path = Path::decide(&self.reader, self.revisions.current, req)?;
         let lease_exists = |id| self.store.lease_exists(id);
@@ -310,6 +339,7 @@ fn error_result(error: StoreError) -> Result<CommandResult, StoreError> {
         StoreError::FutureRevision => Kind::FutureRevision,
         StoreError::KeyNotFound => Kind::KeyNotFound,
         StoreError::LeaseNotFound => Kind::LeaseNotFound,
+        StoreError::LeaseExists => Kind::LeaseExists,
         fatal => return Err(fatal),
     };
     Ok(CommandResult {
@@ -347,16 +377,14 @@ impl<'s> ApplyBatch<'s> {
         let staged_before = self.staged.batch.len();
         let store = self.store;
         let mut compact_to = None;
+        let mut lease_changed = false;
         let reader = Reader::live(store, self.written);
         let mut txn = WriteTxn::new(store, reader, &mut self.staged);
         let applied = match &command.request {
-            Some(CommandRequest::Put(p)) => {
-                if p.lease != 0 && !store.lease_exists(p.lease) {
-                    Err(StoreError::LeaseNotFound)
-                } else {
-                    txn.put(p).map(CommandResultKind::Put)
-                }
-            }
+            Some(CommandRequest::Put(p)) => match p.lease == 0 || store.lease_exists(p.lease)? {
+                true => txn.put(p).map(CommandResultKind::Put),
+                false => Err(StoreError::LeaseNotFound),
+            },
             Some(CommandRequest::DeleteRange(d)) => {
                 txn.delete_range(d).map(CommandResultKind::DeleteRange)
             }
@@ -365,6 +393,20 @@ impl<'s> ApplyBatch<'s> {
                 compact_to = Some(c.revision);
                 CommandResultKind::Compaction(response)
             }),
+            Some(CommandRequest::LeaseGrant(grant)) => {
+                lease_changed = true;
+                grant_lease(store, &mut txn.staged.batch, grant, txn.revisions.current)
+                    .map(CommandResultKind::LeaseGrant)
+            }
+            Some(CommandRequest::LeaseRevoke(revoke)) => {
+                lease_changed = true;
+                txn.revoke(revoke).map(CommandResultKind::LeaseRevoke)
+            }
+            Some(CommandRequest::LeaseCheckpoint(checkpoints)) => {
+                lease_changed = true;
+                checkpoint_leases(store, &mut txn.staged.batch, checkpoints)
+                    .map(CommandResultKind::LeaseCheckpoint)
+            }
             Some(CommandRequest::PublishMember(attributes)) => {
                 meta::stage_member_attributes(store, &mut txn.staged.batch, attributes)
                     .map(|()| CommandResultKind::PublishMember(PublishMemberResult {}))
@@ -394,6 +436,10 @@ impl<'s> ApplyBatch<'s> {
             }
         };
         self.last_log_id = Some(*log_id);
+        if lease_changed {
+            // Later commands of the batch read lease records from the store.
+            self.flush()?;
+        }
         if let Some(revision) = compact_to {
             // Physical compaction reads and deletes what the store holds: write first.
             self.flush()?;
@@ -408,7 +454,10 @@ impl<'s> ApplyBatch<'s> {
     fn needs_fresh_start(&self, command: &Command) -> bool {
         match &command.request {
             Some(CommandRequest::Txn(t)) => txn_needs_fresh_start(t, &self.staged.overlay),
-            Some(CommandRequest::Compaction(_)) => true,
+            Some(CommandRequest::Compaction(_))
+            | Some(CommandRequest::LeaseGrant(_))
+            | Some(CommandRequest::LeaseRevoke(_))
+            | Some(CommandRequest::LeaseCheckpoint(_)) => true,
             _ => false,
         }
     }
@@ -450,6 +499,52 @@ impl<'s> ApplyBatch<'s> {
         self.written = revisions;
         Ok(())
     }
+}
+
+/// Grants a lease with the id and TTL the leader chose: no revision, as etcd.
+fn grant_lease(
+    store: &RevisionStore,
+    batch: &mut WriteBatch,
+    grant: &LeaseGrantRequest,
+    current: i64,
+) -> Result<LeaseGrantResponse, StoreError> {
+    if store.lease_exists(grant.id)? {
+        return Err(StoreError::LeaseExists);
+    }
+    store.stage_lease_record(
+        batch,
+        LeaseRecord {
+            id: grant.id,
+            ttl: grant.ttl,
+            remaining_ttl: 0,
+        },
+    )?;
+    Ok(LeaseGrantResponse {
+        header: Some(header(current)),
+        id: grant.id,
+        ttl: grant.ttl,
+        error: String::new(),
+    })
+}
+
+/// Records the remaining TTLs the leader checkpointed, for the leases still live.
+fn checkpoint_leases(
+    store: &RevisionStore,
+    batch: &mut WriteBatch,
+    checkpoints: &LeaseCheckpointRequest,
+) -> Result<LeaseCheckpointResponse, StoreError> {
+    for checkpoint in &checkpoints.checkpoints {
+        if let Some(record) = store.lease(checkpoint.id)? {
+            store.stage_lease_record(
+                batch,
+                LeaseRecord {
+                    remaining_ttl: checkpoint.remaining_ttl,
+                    ..record
+                },
+            )?;
+        }
+    }
+    Ok(LeaseCheckpointResponse::default())
 }
 
 /// A transaction needs the store written first when it reads at an explicit revision
@@ -495,10 +590,5 @@ impl RevisionStore {
         let reader = Reader::new(self, &snapshot)?;
         let mut nothing_staged = Staged::new(reader.revisions());
         WriteTxn::new(self, reader, &mut nothing_staged).txn(req)
-    }
-
-    /// No lease exists until the lessor grants leases; every non-zero lease is unknown.
-    pub fn lease_exists(&self, _lease: i64) -> bool {
-        false
     }
 }
