@@ -8,6 +8,7 @@ pub mod api;
 pub mod bench;
 pub mod config;
 pub mod identity;
+pub mod lessor;
 pub mod node;
 pub mod offload;
 #[cfg(feature = "planted-bugs")]

@@ -35,6 +35,7 @@ use crate::api;
 use crate::api::status;
 use crate::config::Config;
 use crate::identity;
+use crate::lessor::Lessor;
 use crate::offload::Offload;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
@@ -82,6 +83,10 @@ pub struct Node {
     offload: Offload,
     /// `--watch-progress-notify-interval`.
     watch_progress_interval: Duration,
+    lessor: Arc<Lessor>,
+    /// How this member reaches others' client URLs (the leader, for lease requests).
+    dialer: Arc<dyn Dialer>,
+    election_timeout: Duration,
 }
 
 impl Node {
@@ -114,6 +119,44 @@ impl Node {
     /// from its stream.
     pub fn watch_progress_interval(&self) -> Duration {
         self.watch_progress_interval
+    }
+
+    /// The lease timers, which act only while this member leads.
+    pub fn lessor(&self) -> &Arc<Lessor> {
+        &self.lessor
+    }
+
+    /// `--election-timeout`: what etcd's shortest lease TTL derives from.
+    pub fn election_timeout(&self) -> Duration {
+        self.election_timeout
+    }
+
+    /// True while this member is the raft leader.
+    pub fn is_leader(&self) -> bool {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        metrics.current_leader == Some(self.id) && metrics.state.is_leader()
+    }
+
+    /// A channel to the current leader's first published client URL, if a leader is
+    /// known and has published one.
+    pub async fn leader_channel(&self) -> Result<tonic::transport::Channel, Status> {
+        let leader = self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .current_leader
+            .ok_or_else(status::no_leader)?;
+        let url = store::read_member_attributes(&self.store, leader)
+            .map_err(status::from_store)?
+            .and_then(|attributes| attributes.client_urls.into_iter().next())
+            .ok_or_else(status::no_leader)?;
+        let endpoint = tonic::transport::Endpoint::from_shared(url)
+            .map_err(|e| status::internal("leader client url", &e))?
+            .connect_timeout(self.election_timeout);
+        self.dialer
+            .dial(endpoint)
+            .await
+            .map_err(|_| status::no_leader())
     }
 
     pub fn etcd_version(&self) -> &str {
@@ -359,6 +402,10 @@ where
         () = &mut shutdown => false,
         () = node.clone().publish_attributes() => true,
     };
+    let lessor = tokio::spawn(crate::lessor::run(
+        node.clone(),
+        crate::lessor::CHECKPOINT_INTERVAL,
+    ));
     if published {
         tracing::info!("serving clients");
         let client_router = api::client_router(node.clone(), health_service);
@@ -376,6 +423,7 @@ where
         }
     }
     let _ = stop_tx.send(true);
+    lessor.abort();
     if let Err(error) = raft.shutdown().await {
         tracing::warn!(%error, "raft shutdown");
     }
@@ -480,6 +528,9 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         etcd_version: config.etcd_version.clone(),
         offload: environment.offload,
         watch_progress_interval: config.watch_progress_notify_interval,
+        lessor: Arc::default(),
+        dialer: environment.dialer.clone(),
+        election_timeout: config.election_timeout,
     });
     tracing::info!(
         name = %config.name,

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod compat_layer;
 pub mod health;
 pub mod kv;
+pub mod lease;
 pub mod maintenance;
 pub mod status;
 pub mod unimplemented;
@@ -48,7 +49,7 @@ pub fn client_router<H: Health>(
             node.clone(),
             max,
         )))
-        .add_service(LeaseServer::new(unimplemented::LeaseService))
+        .add_service(LeaseServer::new(lease::LeaseService::new(node.clone())))
         .add_service(ClusterServer::new(cluster::ClusterService::new(
             node.clone(),
         )))

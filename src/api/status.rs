@@ -49,6 +49,9 @@ pub fn future_revision() -> Status {
 pub fn lease_not_found() -> Status {
     Status::not_found("etcdserver: requested lease not found")
 }
+pub fn lease_ttl_too_large() -> Status {
+    Status::out_of_range("etcdserver: too large lease TTL")
+}
 pub fn lease_exists() -> Status {
     Status::failed_precondition("etcdserver: lease already exists")
 }

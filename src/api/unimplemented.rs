@@ -5,12 +5,6 @@
 //! message `compat_layer` rewrites to name the RPC.
 
 use crate::proto::etcdserverpb::auth_server::Auth;
-use crate::proto::etcdserverpb::lease_server::Lease;
-
-/// Lease is not built yet: every RPC answers Unimplemented.
-pub struct LeaseService;
-#[tonic::async_trait]
-impl Lease for LeaseService {}
 
 /// Auth is not built yet: every RPC answers Unimplemented.
 pub struct AuthService;

@@ -13,6 +13,7 @@ mod kv_delete;
 mod kv_put;
 mod kv_range;
 mod kv_txn;
+mod lease;
 mod quantykube_surface;
 mod request_limits;
 mod revisions;

@@ -91,14 +91,14 @@ async fn rpcs_not_built_yet_answer_unimplemented_naming_themselves() {
     }
     let cluster = Cluster::start(1).await;
     let mut client = cluster.client(0).await;
-    let status = match client.lease_grant(10, None).await {
+    let status = match client.user_list().await {
         Err(etcd_client::Error::GRpcStatus(status)) => status,
         other => panic!("expected a gRPC status, got {other:?}"),
     };
     assert_eq!(status.code(), Code::Unimplemented);
     assert_eq!(
         status.message(),
-        "etcdserverpb.Lease/LeaseGrant is not implemented by QuantyKube yet"
+        "etcdserverpb.Auth/UserList is not implemented by QuantyKube yet"
     );
     let status = match client.maintenance_client().defragment().await {
         Err(etcd_client::Error::GRpcStatus(status)) => status,

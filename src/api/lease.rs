@@ -1,0 +1,295 @@
+//! etcdserverpb.Lease: grants and revokes go through the log like any write;
+//! keepalives and TTL questions are answered by the leader's lessor, and a follower
+//! relays them to the leader's client URL.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use openraft::async_runtime::WatchReceiver;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::status;
+use crate::node::Node;
+use crate::proto::command::command::Request as CommandRequest;
+use crate::proto::command::command_result::Result as Outcome;
+use crate::proto::etcdserverpb::lease_client::LeaseClient;
+use crate::proto::etcdserverpb::lease_server::Lease;
+use crate::proto::etcdserverpb::{
+    LeaseCheckpoint, LeaseCheckpointRequest, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus, LeaseTimeToLiveRequest,
+    LeaseTimeToLiveResponse, ResponseHeader,
+};
+use crate::store::StoreError;
+
+/// etcd's largest TTL, in seconds.
+const MAX_TTL: i64 = 9_000_000_000;
+/// Server-chosen ids that collide with a live lease are drawn again this many times.
+const GRANT_ATTEMPTS: usize = 3;
+/// Keepalive answers a stream queues for its client.
+const QUEUED_ANSWERS: usize = 16;
+
+type KeepAliveStream =
+    Pin<Box<dyn Stream<Item = Result<LeaseKeepAliveResponse, Status>> + Send + 'static>>;
+
+pub struct LeaseService {
+    node: Arc<Node>,
+    /// The low bits of the next server-chosen id.
+    next_id: AtomicI64,
+}
+
+impl LeaseService {
+    pub fn new(node: Arc<Node>) -> Self {
+        // Start past anything this member chose before a restart: the applied index
+        // only grows.
+        let start = node
+            .raft()
+            .metrics()
+            .borrow_watched()
+            .last_applied
+            .map_or(0, |log_id| log_id.index as i64)
+            << 10;
+        LeaseService {
+            node,
+            next_id: AtomicI64::new(start),
+        }
+    }
+
+    /// etcd's shortest TTL: one and a half election timeouts, in whole seconds.
+    fn min_ttl(&self) -> i64 {
+        (self.node.election_timeout().as_secs_f64() * 1.5).ceil() as i64
+    }
+
+    /// A positive id unique to this member: its id's low 16 bits over a counter.
+    fn choose_id(&self) -> i64 {
+        let counter = self.next_id.fetch_add(1, Ordering::Relaxed) & ((1 << 47) - 1);
+        let member = (self.node.id() & 0xFFFF) as i64;
+        ((member << 47) | counter).max(1)
+    }
+
+    fn header(&self, revision: i64) -> Option<ResponseHeader> {
+        Some(self.node.header_from(Some(ResponseHeader {
+            revision,
+            ..Default::default()
+        })))
+    }
+
+    fn current_revision(&self) -> Result<i64, Status> {
+        self.node
+            .store()
+            .current_revision()
+            .map_err(status::from_store)
+    }
+}
+
+/// A keepalive answered here, on the leader: the lease's TTL, 0 if it is unknown or
+/// expired. `None` if this member does not lead (the caller relays it).
+async fn keep_alive_on_leader(node: &Node, id: i64) -> Result<Option<i64>, Status> {
+    if !node.is_leader() {
+        return Ok(None);
+    }
+    let Some(lease) = node.store().lease(id).map_err(status::from_store)? else {
+        return Ok(Some(0));
+    };
+    if lease.remaining_ttl > 0 {
+        // The checkpoint says less than a whole TTL; a new leader would believe it.
+        // Reset it through the log before promising the whole TTL.
+        let reset = CommandRequest::LeaseCheckpoint(LeaseCheckpointRequest {
+            checkpoints: vec![LeaseCheckpoint {
+                id,
+                remaining_ttl: 0,
+            }],
+        });
+        node.propose(reset).await?;
+    }
+    if node.lessor().renew(&lease) {
+        Ok(Some(lease.ttl))
+    } else if node.is_leader() {
+        // Expired: its revoke is on its way.
+        Ok(Some(0))
+    } else {
+        Ok(None)
+    }
+}
+
+/// Serves one keepalive stream: each request answered by this member if it leads,
+/// else by the leader through one relayed stream, reopened after a leader change.
+async fn serve_keep_alives(
+    node: Arc<Node>,
+    mut requests: Streaming<LeaseKeepAliveRequest>,
+    out: mpsc::Sender<Result<LeaseKeepAliveResponse, Status>>,
+) {
+    let mut relay: Option<Relay> = None;
+    while let Some(Ok(request)) = requests.next().await {
+        let answer = match keep_alive_on_leader(&node, request.id).await {
+            Ok(Some(ttl)) => Ok(LeaseKeepAliveResponse {
+                header: Some(node.header_from(None)),
+                id: request.id,
+                ttl,
+            }),
+            Ok(None) => relay_keep_alive(&node, &mut relay, request).await,
+            Err(status) => Err(status),
+        };
+        let failed = answer.is_err();
+        if out.send(answer).await.is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// A keepalive stream to the leader.
+struct Relay {
+    requests: mpsc::Sender<LeaseKeepAliveRequest>,
+    answers: Streaming<LeaseKeepAliveResponse>,
+}
+
+async fn relay_keep_alive(
+    node: &Node,
+    relay: &mut Option<Relay>,
+    request: LeaseKeepAliveRequest,
+) -> Result<LeaseKeepAliveResponse, Status> {
+    // One retry on a fresh stream: the leader may have changed since the last one.
+    for _ in 0..2 {
+        if relay.is_none() {
+            let channel = node.leader_channel().await?;
+            let (requests, upstream) = mpsc::channel(QUEUED_ANSWERS);
+            let answers = LeaseClient::new(channel)
+                .lease_keep_alive(ReceiverStream::new(upstream))
+                .await?
+                .into_inner();
+            *relay = Some(Relay { requests, answers });
+        }
+        let Some(open) = relay.as_mut() else {
+            continue;
+        };
+        if open.requests.send(request).await.is_ok() {
+            if let Ok(Some(answer)) = open.answers.message().await {
+                return Ok(answer);
+            }
+        }
+        *relay = None;
+    }
+    Err(status::no_leader())
+}
+
+#[tonic::async_trait]
+impl Lease for LeaseService {
+    async fn lease_grant(
+        &self,
+        request: Request<LeaseGrantRequest>,
+    ) -> Result<Response<LeaseGrantResponse>, Status> {
+        let request = request.into_inner();
+        if request.ttl > MAX_TTL {
+            return Err(status::lease_ttl_too_large());
+        }
+        let ttl = request.ttl.max(self.min_ttl());
+        let chosen_by_client = request.id != 0;
+        let mut last = status::lease_exists();
+        for _ in 0..GRANT_ATTEMPTS {
+            let id = if chosen_by_client {
+                request.id
+            } else {
+                self.choose_id()
+            };
+            let grant = CommandRequest::LeaseGrant(LeaseGrantRequest { ttl, id });
+            match self.node.propose(grant).await {
+                Ok(Some(Outcome::LeaseGrant(mut granted))) => {
+                    granted.header = Some(self.node.header_from(granted.header));
+                    return Ok(Response::new(granted));
+                }
+                Ok(other) => {
+                    return Err(status::internal("lease grant", &format!("{other:?}")));
+                }
+                Err(error) if !chosen_by_client && error.message() == last.message() => {
+                    last = error;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Err(last)
+    }
+
+    async fn lease_revoke(
+        &self,
+        request: Request<LeaseRevokeRequest>,
+    ) -> Result<Response<LeaseRevokeResponse>, Status> {
+        let revoke = CommandRequest::LeaseRevoke(request.into_inner());
+        match self.node.propose(revoke).await? {
+            Some(Outcome::LeaseRevoke(mut revoked)) => {
+                revoked.header = Some(self.node.header_from(revoked.header));
+                Ok(Response::new(revoked))
+            }
+            other => Err(status::internal("lease revoke", &format!("{other:?}"))),
+        }
+    }
+
+    async fn lease_keep_alive(
+        &self,
+        request: Request<Streaming<LeaseKeepAliveRequest>>,
+    ) -> Result<Response<KeepAliveStream>, Status> {
+        let (out, answers) = mpsc::channel(QUEUED_ANSWERS);
+        tokio::spawn(serve_keep_alives(
+            self.node.clone(),
+            request.into_inner(),
+            out,
+        ));
+        Ok(Response::new(Box::pin(ReceiverStream::new(answers))))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        request: Request<LeaseTimeToLiveRequest>,
+    ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        let request = request.into_inner();
+        if !self.node.is_leader() {
+            let channel = self.node.leader_channel().await?;
+            return LeaseClient::new(channel).lease_time_to_live(request).await;
+        }
+        let store = self.node.store();
+        let revision = self.current_revision()?;
+        let Some(lease) = store.lease(request.id).map_err(status::from_store)? else {
+            return Ok(Response::new(LeaseTimeToLiveResponse {
+                header: self.header(revision),
+                id: request.id,
+                ttl: -1,
+                ..Default::default()
+            }));
+        };
+        let keys = if request.keys {
+            store.lease_keys(request.id).map_err(status::from_store)?
+        } else {
+            Vec::new()
+        };
+        let remaining = self.node.lessor().remaining(lease.id).unwrap_or(lease.ttl);
+        Ok(Response::new(LeaseTimeToLiveResponse {
+            header: self.header(revision),
+            id: lease.id,
+            ttl: remaining,
+            granted_ttl: lease.ttl,
+            keys,
+        }))
+    }
+
+    async fn lease_leases(
+        &self,
+        _request: Request<LeaseLeasesRequest>,
+    ) -> Result<Response<LeaseLeasesResponse>, Status> {
+        let revision = self.current_revision()?;
+        let leases = self
+            .node
+            .store()
+            .leases()
+            .map_err(|e: StoreError| status::from_store(e))?
+            .into_iter()
+            .map(|lease| LeaseStatus { id: lease.id })
+            .collect();
+        Ok(Response::new(LeaseLeasesResponse {
+            header: self.header(revision),
+            leases,
+        }))
+    }
+}

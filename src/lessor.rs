@@ -1,0 +1,235 @@
+//! The lessor: times leases on the leader, and only there.
+//!
+//! Every member runs one; it acts only while its member leads. On becoming leader it
+//! gives each live lease the remaining TTL last checkpointed, or its whole TTL (a
+//! keepalive through the old leader resets the checkpoint to "whole", so no lease kept
+//! alive within its TTL expires early after a failover). It follows the store's leases
+//! each tick (new grants get their TTL from when it sees them, revoked ones go), turns
+//! expired leases into LeaseRevoke commands through the log (at most
+//! [`REVOKES_PER_SECOND`], as etcd), and checkpoints every lease's remaining TTL each
+//! checkpoint interval. It owns the timers only; what it decides goes through raft, so
+//! every member's store agrees on which leases live. It must never read the wall
+//! clock (tokio's clock, which the simulation controls) nor revoke a lease itself.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::node::Node;
+use crate::proto::command::command::Request as CommandRequest;
+use crate::proto::etcdserverpb::{LeaseCheckpoint, LeaseCheckpointRequest, LeaseRevokeRequest};
+use crate::store::LeaseRecord;
+
+/// How often the lessor looks at its timers.
+const TICK: Duration = Duration::from_millis(250);
+/// etcd's rate limit on revoking expired leases.
+pub const REVOKES_PER_SECOND: usize = 1000;
+/// How often the leader checkpoints remaining TTLs (etcd's default).
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(300);
+/// Leases per checkpoint command.
+const CHECKPOINTS_PER_COMMAND: usize = 1000;
+
+/// One lease's timer on the leader.
+#[derive(Clone, Copy, Debug)]
+struct Timer {
+    ttl: i64,
+    expires: Instant,
+    /// A revoke for it is in the log; it is not timed again.
+    revoking: bool,
+}
+
+#[derive(Debug, Default)]
+struct Timers {
+    leading: bool,
+    leases: HashMap<i64, Timer>,
+}
+
+/// The leader's lease timers (see the module docs).
+#[derive(Debug, Default)]
+pub struct Lessor {
+    timers: Mutex<Timers>,
+}
+
+impl Lessor {
+    fn timers(&self) -> MutexGuard<'_, Timers> {
+        // A panic while holding the lock leaves plain data behind: keep using it.
+        self.timers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Restarts `lease`'s TTL from now, as a keepalive does. False if this member does
+    /// not lead, or the lease has expired and is being revoked.
+    pub fn renew(&self, lease: &LeaseRecord) -> bool {
+        let mut timers = self.timers();
+        if !timers.leading {
+            return false;
+        }
+        let timer = timers.leases.entry(lease.id).or_insert(Timer {
+            ttl: lease.ttl,
+            expires: Instant::now(),
+            revoking: false,
+        });
+        if timer.revoking {
+            return false;
+        }
+        timer.expires = Instant::now() + secs(lease.ttl);
+        true
+    }
+
+    /// Seconds lease `id` has left on this leader, rounded up; `None` if this member
+    /// does not lead or does not time it (yet).
+    pub fn remaining(&self, id: i64) -> Option<i64> {
+        let timers = self.timers();
+        if !timers.leading {
+            return None;
+        }
+        let timer = timers.leases.get(&id)?;
+        let left = timer.expires.saturating_duration_since(Instant::now());
+        Some(left.as_secs_f64().ceil() as i64)
+    }
+
+    /// Takes the store's leases: on a new leader every timer starts from the last
+    /// checkpoint, afterwards only leases not seen before get one.
+    fn follow_store(&self, leases: &[LeaseRecord], leading: bool) {
+        let mut timers = self.timers();
+        if !leading {
+            timers.leading = false;
+            timers.leases.clear();
+            return;
+        }
+        let now = Instant::now();
+        timers.leading = true;
+        let mut followed = HashMap::with_capacity(leases.len());
+        for lease in leases {
+            let timer = timers.leases.get(&lease.id).copied().unwrap_or_else(|| {
+                let left = if lease.remaining_ttl > 0 {
+                    lease.remaining_ttl
+                } else {
+                    lease.ttl
+                };
+                Timer {
+                    ttl: lease.ttl,
+                    expires: now + secs(left),
+                    revoking: false,
+                }
+            });
+            followed.insert(lease.id, timer);
+        }
+        timers.leases = followed;
+    }
+
+    /// Up to `limit` expired leases, now marked as being revoked.
+    fn take_expired(&self, limit: usize) -> Vec<i64> {
+        let now = Instant::now();
+        let mut timers = self.timers();
+        let mut expired: Vec<(Instant, i64)> = timers
+            .leases
+            .iter()
+            .filter(|(_, t)| !t.revoking && t.expires <= now)
+            .map(|(id, t)| (t.expires, *id))
+            .collect();
+        expired.sort();
+        expired.truncate(limit);
+        for (_, id) in &expired {
+            if let Some(timer) = timers.leases.get_mut(id) {
+                timer.revoking = true;
+            }
+        }
+        expired.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// A revoke that did not make it into the log: time the lease again.
+    fn revoke_failed(&self, id: i64) {
+        if let Some(timer) = self.timers().leases.get_mut(&id) {
+            timer.revoking = false;
+        }
+    }
+
+    /// Every timed lease's remaining TTL, in whole seconds (at least 1).
+    fn checkpoints(&self) -> Vec<LeaseCheckpoint> {
+        let now = Instant::now();
+        self.timers()
+            .leases
+            .iter()
+            .filter(|(_, t)| !t.revoking)
+            .map(|(id, t)| LeaseCheckpoint {
+                id: *id,
+                remaining_ttl: (t
+                    .expires
+                    .saturating_duration_since(now)
+                    .as_secs_f64()
+                    .ceil() as i64)
+                    .clamp(1, t.ttl.max(1)),
+            })
+            .collect()
+    }
+}
+
+fn secs(seconds: i64) -> Duration {
+    Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+}
+
+/// The lessor's loop for `node` (see the module docs); runs until the task is dropped.
+pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
+    let lessor = node.lessor().clone();
+    let mut ticks = tokio::time::interval(TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_checkpoint = Instant::now();
+    let per_tick = (REVOKES_PER_SECOND as f64 * TICK.as_secs_f64()).ceil() as usize;
+    loop {
+        ticks.tick().await;
+        let leading = node.is_leader();
+        let store = node.store().clone();
+        let leases = if leading {
+            match node.offload().run(move || store.leases()).await {
+                Ok(Ok(leases)) => leases,
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "lessor cannot read leases");
+                    continue;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "lessor cannot read leases");
+                    continue;
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        lessor.follow_store(&leases, leading);
+        if !leading {
+            last_checkpoint = Instant::now();
+            continue;
+        }
+        for id in lessor.take_expired(per_tick) {
+            let node = node.clone();
+            let lessor = lessor.clone();
+            tokio::spawn(async move {
+                let revoke = CommandRequest::LeaseRevoke(LeaseRevokeRequest { id });
+                match node.propose(revoke).await {
+                    Ok(_) => tracing::debug!(lease = id, "expired lease revoked"),
+                    // Revoked meanwhile by a client: nothing left to do.
+                    Err(status) if status.code() == tonic::Code::NotFound => {}
+                    Err(status) => {
+                        tracing::info!(lease = id, %status, "revoking an expired lease failed; will retry");
+                        lessor.revoke_failed(id);
+                    }
+                }
+            });
+        }
+        if last_checkpoint.elapsed() >= checkpoint_interval {
+            last_checkpoint = Instant::now();
+            for chunk in lessor.checkpoints().chunks(CHECKPOINTS_PER_COMMAND) {
+                let checkpoint = CommandRequest::LeaseCheckpoint(LeaseCheckpointRequest {
+                    checkpoints: chunk.to_vec(),
+                });
+                if let Err(status) = node.propose(checkpoint).await {
+                    tracing::info!(%status, "lease checkpoint failed");
+                    break;
+                }
+            }
+        }
+    }
+}
