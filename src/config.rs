@@ -32,6 +32,8 @@ pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 pub const DEFAULT_SNAPSHOT_COUNT: u64 = 10_000;
 /// etcd's watch progress notification period when the flag is not positive.
 pub const DEFAULT_WATCH_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_secs(10 * 60);
+/// etcd's lease checkpoint interval when the flag is not positive.
+pub const DEFAULT_LEASE_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
 // etcd raises shorter progress intervals to this floor (v3rpc minWatchProgressInterval).
 const MIN_WATCH_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_millis(100);
@@ -78,6 +80,9 @@ pub struct Config {
     pub log_level: LogLevel,
     /// Always positive: etcd's default for values <= 0 and its 100 ms floor already applied.
     pub watch_progress_notify_interval: Duration,
+    /// `--experimental-lease-checkpoint-interval`: how often the leader records every
+    /// lease's remaining TTL through the log.
+    pub lease_checkpoint_interval: Duration,
     /// The etcd version string `Maintenance.Status` reports.
     pub etcd_version: String,
 }
@@ -435,6 +440,13 @@ fn resolve(
     let max_txn_ops = to_usize(get("max-txn-ops"), max_txn_ops)?;
 
     let watch_progress_notify_interval = watch_progress_interval(settings, warnings)?;
+    let lease_checkpoint_interval = match get("experimental-lease-checkpoint-interval") {
+        None => DEFAULT_LEASE_CHECKPOINT_INTERVAL,
+        Some(setting) => match parse_go_duration(&setting.value).map_err(|r| setting.invalid(r))? {
+            nanos if nanos <= 0 => DEFAULT_LEASE_CHECKPOINT_INTERVAL,
+            nanos => Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)),
+        },
+    };
 
     let etcd_version = match get("etcd-version") {
         None => DEFAULT_ETCD_VERSION.to_string(),
@@ -460,6 +472,7 @@ fn resolve(
         max_txn_ops,
         log_level,
         watch_progress_notify_interval,
+        lease_checkpoint_interval,
         etcd_version,
     })
 }
@@ -1015,6 +1028,7 @@ static FLAGS: &[EtcdFlag] = &[
         Implemented,
     ),
     flag("watch-progress-notify-interval", Text, Implemented),
+    flag("experimental-lease-checkpoint-interval", Text, Implemented),
     flag("etcd-version", Text, Implemented),
     flag("version", Bool, Implemented),
     // Member tuning.
@@ -1511,6 +1525,9 @@ struct Cli {
     /// Deprecated (etcd 3.6) name of --watch-progress-notify-interval
     #[arg(long, value_name = "DURATION")]
     experimental_watch_progress_notify_interval: Option<String>,
+    /// How often the leader checkpoints every lease's remaining TTL [default: 5m]
+    #[arg(long, value_name = "DURATION")]
+    experimental_lease_checkpoint_interval: Option<String>,
     /// The etcd version Maintenance.Status reports (QuantyKube only) [default: 3.6.5]
     #[arg(long, value_name = "VERSION")]
     etcd_version: Option<String>,
@@ -1518,7 +1535,7 @@ struct Cli {
 
 impl Cli {
     /// The given values, by etcd flag name.
-    fn into_values(self) -> [(&'static str, Option<String>); 19] {
+    fn into_values(self) -> [(&'static str, Option<String>); 20] {
         [
             ("name", self.name),
             ("data-dir", self.data_dir),
@@ -1546,6 +1563,10 @@ impl Cli {
             (
                 "experimental-watch-progress-notify-interval",
                 self.experimental_watch_progress_notify_interval,
+            ),
+            (
+                "experimental-lease-checkpoint-interval",
+                self.experimental_lease_checkpoint_interval,
             ),
             ("etcd-version", self.etcd_version),
         ]

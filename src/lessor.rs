@@ -5,9 +5,9 @@
 //! keepalive through the old leader resets the checkpoint to "whole", so no lease kept
 //! alive within its TTL expires early after a failover). It follows the store's leases
 //! each tick (new grants get their TTL from when it sees them, revoked ones go), turns
-//! expired leases into LeaseRevoke commands through the log (at most
-//! [`REVOKES_PER_SECOND`], as etcd), and checkpoints every lease's remaining TTL each
-//! checkpoint interval. It owns the timers only; what it decides goes through raft, so
+//! expired leases into `LeaseExpiry` commands through the log (at most
+//! [`REVOKES_PER_SECOND`], as etcd), which apply as a revoke only in the term it led,
+//! and checkpoints every lease's remaining TTL each checkpoint interval. It owns the timers only; what it decides goes through raft, so
 //! every member's store agrees on which leases live. It must never read the wall
 //! clock (tokio's clock, which the simulation controls) nor revoke a lease itself.
 
@@ -19,15 +19,14 @@ use tokio::time::Instant;
 
 use crate::node::Node;
 use crate::proto::command::command::Request as CommandRequest;
-use crate::proto::etcdserverpb::{LeaseCheckpoint, LeaseCheckpointRequest, LeaseRevokeRequest};
+use crate::proto::command::LeaseExpiry;
+use crate::proto::etcdserverpb::{LeaseCheckpoint, LeaseCheckpointRequest};
 use crate::store::LeaseRecord;
 
 /// How often the lessor looks at its timers.
 const TICK: Duration = Duration::from_millis(250);
 /// etcd's rate limit on revoking expired leases.
 pub const REVOKES_PER_SECOND: usize = 1000;
-/// How often the leader checkpoints remaining TTLs (etcd's default).
-pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(300);
 /// Leases per checkpoint command.
 const CHECKPOINTS_PER_COMMAND: usize = 1000;
 
@@ -50,9 +49,19 @@ struct Timers {
 #[derive(Debug, Default)]
 pub struct Lessor {
     timers: Mutex<Timers>,
+    /// Held while checkpoints are computed and until they are in the log, and by a
+    /// keepalive that resets a checkpoint: so a checkpoint computed before a renewal
+    /// is always followed in the log by that renewal's reset.
+    log_order: tokio::sync::Mutex<()>,
 }
 
 impl Lessor {
+    /// See the field: a keepalive takes it after renewing, before reading the
+    /// checkpoint it may have to reset.
+    pub fn log_order(&self) -> &tokio::sync::Mutex<()> {
+        &self.log_order
+    }
+
     fn timers(&self) -> MutexGuard<'_, Timers> {
         // A panic while holding the lock leaves plain data behind: keep using it.
         self.timers
@@ -89,6 +98,19 @@ impl Lessor {
         let timer = timers.leases.get(&id)?;
         let left = timer.expires.saturating_duration_since(Instant::now());
         Some(left.as_secs_f64().ceil() as i64)
+    }
+
+    /// Makes a member that just became leader time its leases now, rather than at its
+    /// lessor's next tick, so that no keepalive or TTL question in between is answered
+    /// as if the lease were unknown. Returns false if `node` does not lead.
+    pub fn ensure_leading(&self, node: &Node) -> Result<bool, crate::store::StoreError> {
+        if !node.is_leader() {
+            return Ok(false);
+        }
+        if !self.timers().leading {
+            self.follow_store(&node.store().leases()?, true);
+        }
+        Ok(true)
     }
 
     /// Takes the store's leases: on a new leader every timer starts from the last
@@ -181,7 +203,8 @@ pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
     let per_tick = (REVOKES_PER_SECOND as f64 * TICK.as_secs_f64()).ceil() as usize;
     loop {
         ticks.tick().await;
-        let leading = node.is_leader();
+        let term = node.leader_term();
+        let leading = term.is_some();
         let store = node.store().clone();
         let leases = if leading {
             match node.offload().run(move || store.leases()).await {
@@ -203,12 +226,16 @@ pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
             last_checkpoint = Instant::now();
             continue;
         }
+        let Some(term) = term else { continue };
         for id in lessor.take_expired(per_tick) {
             let node = node.clone();
             let lessor = lessor.clone();
             tokio::spawn(async move {
-                let revoke = CommandRequest::LeaseRevoke(LeaseRevokeRequest { id });
-                match node.propose(revoke).await {
+                let expiry = CommandRequest::LeaseExpiry(LeaseExpiry {
+                    id,
+                    leader_term: term,
+                });
+                match node.propose(expiry).await {
                     Ok(_) => tracing::debug!(lease = id, "expired lease revoked"),
                     // Revoked meanwhile by a client: nothing left to do.
                     Err(status) if status.code() == tonic::Code::NotFound => {}
@@ -221,6 +248,7 @@ pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
         }
         if last_checkpoint.elapsed() >= checkpoint_interval {
             last_checkpoint = Instant::now();
+            let _in_order = lessor.log_order.lock().await;
             for chunk in lessor.checkpoints().chunks(CHECKPOINTS_PER_COMMAND) {
                 let checkpoint = CommandRequest::LeaseCheckpoint(LeaseCheckpointRequest {
                     checkpoints: chunk.to_vec(),

@@ -133,8 +133,14 @@ impl Node {
 
     /// True while this member is the raft leader.
     pub fn is_leader(&self) -> bool {
+        self.leader_term().is_some()
+    }
+
+    /// The term this member leads in, if it is the raft leader.
+    pub fn leader_term(&self) -> Option<u64> {
         let metrics = self.raft.metrics().borrow_watched().clone();
-        metrics.current_leader == Some(self.id) && metrics.state.is_leader()
+        (metrics.current_leader == Some(self.id) && metrics.state.is_leader())
+            .then_some(metrics.current_term)
     }
 
     /// A channel to the current leader's first published client URL, if a leader is
@@ -404,7 +410,7 @@ where
     };
     let lessor = tokio::spawn(crate::lessor::run(
         node.clone(),
-        crate::lessor::CHECKPOINT_INTERVAL,
+        config.lease_checkpoint_interval,
     ));
     if published {
         tracing::info!("serving clients");

@@ -89,15 +89,28 @@ impl LeaseService {
 /// A keepalive answered here, on the leader: the lease's TTL, 0 if it is unknown or
 /// expired. `None` if this member does not lead (the caller relays it).
 async fn keep_alive_on_leader(node: &Node, id: i64) -> Result<Option<i64>, Status> {
-    if !node.is_leader() {
+    if !node
+        .lessor()
+        .ensure_leading(node)
+        .map_err(status::from_store)?
+    {
         return Ok(None);
     }
     let Some(lease) = node.store().lease(id).map_err(status::from_store)? else {
         return Ok(Some(0));
     };
+    if !node.lessor().renew(&lease) {
+        // Expired (its revoke is on its way), or this member just stopped leading.
+        return Ok(node.is_leader().then_some(0));
+    }
+    // A checkpoint says less than a whole TTL, and a new leader would believe it:
+    // reset it through the log before promising the whole TTL. Taking the log order
+    // first makes a checkpoint computed before the renewal visible here.
+    let _in_order = node.lessor().log_order().lock().await;
+    let Some(lease) = node.store().lease(id).map_err(status::from_store)? else {
+        return Ok(Some(0));
+    };
     if lease.remaining_ttl > 0 {
-        // The checkpoint says less than a whole TTL; a new leader would believe it.
-        // Reset it through the log before promising the whole TTL.
         let reset = CommandRequest::LeaseCheckpoint(LeaseCheckpointRequest {
             checkpoints: vec![LeaseCheckpoint {
                 id,
@@ -106,14 +119,7 @@ async fn keep_alive_on_leader(node: &Node, id: i64) -> Result<Option<i64>, Statu
         });
         node.propose(reset).await?;
     }
-    if node.lessor().renew(&lease) {
-        Ok(Some(lease.ttl))
-    } else if node.is_leader() {
-        // Expired: its revoke is on its way.
-        Ok(Some(0))
-    } else {
-        Ok(None)
-    }
+    Ok(Some(lease.ttl))
 }
 
 /// Serves one keepalive stream: each request answered by this member if it leads,
@@ -245,7 +251,12 @@ impl Lease for LeaseService {
         request: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
         let request = request.into_inner();
-        if !self.node.is_leader() {
+        let leading = self
+            .node
+            .lessor()
+            .ensure_leading(&self.node)
+            .map_err(status::from_store)?;
+        if !leading {
             let channel = self.node.leader_channel().await?;
             return LeaseClient::new(channel).lease_time_to_live(request).await;
         }
@@ -264,7 +275,16 @@ impl Lease for LeaseService {
         } else {
             Vec::new()
         };
-        let remaining = self.node.lessor().remaining(lease.id).unwrap_or(lease.ttl);
+        // Not timed yet (granted since the lessor last looked): what the store says.
+        let remaining =
+            self.node
+                .lessor()
+                .remaining(lease.id)
+                .unwrap_or(if lease.remaining_ttl > 0 {
+                    lease.remaining_ttl
+                } else {
+                    lease.ttl
+                });
         Ok(Response::new(LeaseTimeToLiveResponse {
             header: self.header(revision),
             id: lease.id,

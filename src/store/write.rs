@@ -402,6 +402,18 @@ impl<'s> ApplyBatch<'s> {
                 lease_changed = true;
                 txn.revoke(revoke).map(CommandResultKind::LeaseRevoke)
             }
+            Some(CommandRequest::LeaseExpiry(expiry)) => {
+                lease_changed = true;
+                let revoke = LeaseRevokeRequest { id: expiry.id };
+                if expiry.leader_term != log_id.leader_id.term {
+                    // Decided by a leader of another term: not this log's decision.
+                    Ok(CommandResultKind::LeaseRevoke(
+                        LeaseRevokeResponse::default(),
+                    ))
+                } else {
+                    txn.revoke(&revoke).map(CommandResultKind::LeaseRevoke)
+                }
+            }
             Some(CommandRequest::LeaseCheckpoint(checkpoints)) => {
                 lease_changed = true;
                 checkpoint_leases(store, &mut txn.staged.batch, checkpoints)
@@ -457,6 +469,7 @@ impl<'s> ApplyBatch<'s> {
             Some(CommandRequest::Compaction(_))
             | Some(CommandRequest::LeaseGrant(_))
             | Some(CommandRequest::LeaseRevoke(_))
+            | Some(CommandRequest::LeaseExpiry(_))
             | Some(CommandRequest::LeaseCheckpoint(_)) => true,
             _ => false,
         }

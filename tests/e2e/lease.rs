@@ -235,3 +235,126 @@ async fn etcdctl_lease_commands_and_lock_work() {
     lock.assert_success();
     assert!(lock.stdout.contains("held"), "{}", lock.stdout);
 }
+
+/// Three members that checkpoint lease TTLs every second; `None` against etcd 3.4,
+/// which has no `--experimental-lease-checkpoint-interval` (its checkpoints, off by
+/// default, come every 5 minutes, so a new leader gives leases their whole TTL).
+fn checkpointing_every_second() -> Option<ClusterOptions> {
+    if Target::from_env() == Target::Etcd {
+        eprintln!("skipped against etcd 3.4");
+        return None;
+    }
+    Some(ClusterOptions::new(3).arg("--experimental-lease-checkpoint-interval=1s"))
+}
+
+/// Keeps lease `id` alive through `endpoint` every `every`, reopening the stream after
+/// any error (as etcd's clients do), until `for_how_long` has passed. Returns how many
+/// keepalives were answered with a live TTL, and fails if one says the lease is gone.
+async fn keep_alive_through(
+    endpoint: String,
+    id: i64,
+    every: Duration,
+    for_how_long: Duration,
+) -> usize {
+    let until = Instant::now() + for_how_long;
+    let mut answered = 0;
+    while Instant::now() < until {
+        let mut client = connect(std::slice::from_ref(&endpoint)).await;
+        let Ok((mut keeper, mut answers)) = client.lease_keep_alive(id).await else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        while Instant::now() < until {
+            if keeper.keep_alive().await.is_err() {
+                break;
+            }
+            match tokio::time::timeout(Duration::from_secs(3), answers.message()).await {
+                Ok(Ok(Some(answer))) => {
+                    assert!(answer.ttl() > 0, "lease {id} gone while kept alive");
+                    answered += 1;
+                }
+                _ => break,
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+    answered
+}
+
+#[tokio::test]
+async fn keepalives_through_a_follower_outlive_a_leader_kill_and_checkpoints_keep_ttls() {
+    let Some(options) = checkpointing_every_second() else {
+        return;
+    };
+    let (mut cluster, leader, [f1, f2]) = three(options).await;
+    let mut client = cluster.client(f1).await;
+    let granted = Instant::now();
+    let kept = client.lease_grant(6, None).await.unwrap().id();
+    let unkept = client.lease_grant(20, None).await.unwrap().id();
+    client
+        .put("kept", "v", Some(PutOptions::new().with_lease(kept)))
+        .await
+        .unwrap();
+    let keeping = tokio::spawn(keep_alive_through(
+        cluster.endpoint(f1),
+        kept,
+        Duration::from_millis(500),
+        Duration::from_secs(14),
+    ));
+
+    // Let a checkpoint record the unkept lease's remaining TTL, then kill the leader.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    cluster.kill9(leader);
+    let new_leader = cluster.wait_leader(Duration::from_secs(15)).await;
+    assert_ne!(new_leader, leader);
+    let mut survivor = cluster.client(f2).await;
+    let ttl = survivor.lease_time_to_live(unkept, None).await.unwrap();
+    let elapsed = granted.elapsed().as_secs() as i64;
+    // The checkpoint (at most a second old when the leader died) bounds it: a new
+    // leader gives the lease what it had left, not its whole TTL again.
+    assert!(
+        ttl.ttl() <= 20 - elapsed + 3 && ttl.ttl() >= 20 - elapsed - 3,
+        "{} s after the grant the lease has {} s left",
+        elapsed,
+        ttl.ttl()
+    );
+
+    // The kept lease lived through the failover: more than twice its TTL so far.
+    let answered = keeping.await.unwrap();
+    assert!(answered > 10, "only {answered} keepalives answered");
+    assert!(!survivor.get("kept", None).await.unwrap().kvs().is_empty());
+    assert!(survivor.lease_time_to_live(kept, None).await.unwrap().ttl() > 0);
+}
+
+#[tokio::test]
+async fn leases_survive_a_full_restart_with_their_remaining_ttl() {
+    let Some(options) = checkpointing_every_second() else {
+        return;
+    };
+    let (mut cluster, _, [f1, _]) = three(options).await;
+    let mut client = cluster.client(f1).await;
+    let granted = Instant::now();
+    let lease = client.lease_grant(40, None).await.unwrap().id();
+    client
+        .put("survivor", "v", Some(PutOptions::new().with_lease(lease)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    cluster.restart_all().await;
+    cluster.wait_leader(Duration::from_secs(15)).await;
+    let mut client = cluster.client(f1).await;
+    let ttl = client
+        .lease_time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys()))
+        .await
+        .unwrap();
+    let elapsed = granted.elapsed().as_secs() as i64;
+    assert_eq!(ttl.granted_ttl(), 40);
+    // Between the checkpoint before the restart and no time passing while down.
+    assert!(
+        ttl.ttl() <= 40 - 3 && ttl.ttl() >= 40 - elapsed - 3,
+        "{elapsed} s after the grant, {} s left",
+        ttl.ttl()
+    );
+    let keys: Vec<String> = ttl.keys().iter().map(|k| lossy(k)).collect();
+    assert_eq!(keys, ["survivor"]);
+}
