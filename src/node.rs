@@ -136,6 +136,15 @@ impl Node {
         self.leader_term().is_some()
     }
 
+    /// True if a quorum confirms, after this call began, that this member still leads
+    /// (a read index round, answered here and never forwarded).
+    pub async fn confirm_leadership(&self) -> bool {
+        self.raft
+            .get_read_linearizer(openraft::ReadPolicy::ReadIndex)
+            .await
+            .is_ok()
+    }
+
     /// The term this member leads in, if it is the raft leader.
     pub fn leader_term(&self) -> Option<u64> {
         let metrics = self.raft.metrics().borrow_watched().clone();

@@ -103,6 +103,12 @@ async fn keep_alive_on_leader(node: &Node, id: i64) -> Result<Option<i64>, Statu
         // Expired (its revoke is on its way), or this member just stopped leading.
         return Ok(node.is_leader().then_some(0));
     }
+    // A member that was deposed without knowing it must not promise anything: a newer
+    // leader times the lease without this renewal. A quorum confirming this member
+    // still leads after the renewal means any later leader is elected after it.
+    if !node.confirm_leadership().await {
+        return Ok(None);
+    }
     // A checkpoint says less than a whole TTL, and a new leader would believe it:
     // reset it through the log before promising the whole TTL. Taking the log order
     // first makes a checkpoint computed before the renewal visible here.
