@@ -3,8 +3,8 @@
 //!
 //! Compiled only with the `planted-bugs` feature, which only the simulation crate
 //! enables. Every switch is off until a test turns it on; the server consults this
-//! module at exactly four places (read index, write acknowledgement, apply, a watch's
-//! catch-up), each behind the same feature. It must never be enabled in a build that
+//! module at exactly five places (read index, write acknowledgement, apply, a watch's
+//! catch-up, the lessor's timers), each behind the same feature. It must never be enabled in a build that
 //! serves users.
 
 use std::sync::Mutex;
@@ -20,6 +20,8 @@ pub enum PlantedBug {
     /// A watcher that catches up on history and rejoins the live feed loses the last
     /// event of the page that brings it back.
     WatchDropsEventOnRejoin,
+    /// The leader times every lease for half its TTL.
+    LeaseExpiresEarly,
 }
 
 static PLANTED: Mutex<Vec<PlantedBug>> = Mutex::new(Vec::new());
