@@ -234,6 +234,34 @@ async fn etcdctl_lease_commands_and_lock_work() {
     let lock = cluster.etcdctl(&["lock", "the-lock", "echo", "held"]).await;
     lock.assert_success();
     assert!(lock.stdout.contains("held"), "{}", lock.stdout);
+
+    // `etcdctl elect` campaigns with a lease and prints the winning proposal's key and
+    // value, then holds leadership until killed.
+    let mut elect = tokio::process::Command::new(etcdctl_binary())
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", cluster.endpoints().join(",")))
+        .args(["elect", "the-election", "proposal-1"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn etcdctl elect");
+    let stdout = elect.stdout.take().expect("etcdctl stdout");
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut printed = Vec::new();
+    while printed.len() < 2 {
+        let line = tokio::time::timeout(Duration::from_secs(15), lines.next_line())
+            .await
+            .expect("etcdctl elect prints in time")
+            .expect("read etcdctl output")
+            .expect("etcdctl elect still runs");
+        printed.push(line);
+    }
+    assert!(printed[0].starts_with("the-election/"), "{printed:?}");
+    assert_eq!(printed[1], "proposal-1");
+    // Its lease holds the election key while it lives.
+    let key = cluster.etcdctl(&["get", "--prefix", "the-election/"]).await;
+    assert!(key.stdout.contains("proposal-1"), "{}", key.stdout);
+    elect.kill().await.ok();
 }
 
 /// Three members that checkpoint lease TTLs every second; `None` against etcd 3.4,
