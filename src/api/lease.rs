@@ -24,7 +24,6 @@ use crate::proto::etcdserverpb::{
     LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus, LeaseTimeToLiveRequest,
     LeaseTimeToLiveResponse, ResponseHeader,
 };
-use crate::store::StoreError;
 
 /// etcd's largest TTL, in seconds.
 const MAX_TTL: i64 = 9_000_000_000;
@@ -200,8 +199,9 @@ impl Lease for LeaseService {
         }
         let ttl = request.ttl.max(self.min_ttl());
         let chosen_by_client = request.id != 0;
-        let mut last = status::lease_exists();
-        for _ in 0..GRANT_ATTEMPTS {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
             let id = if chosen_by_client {
                 request.id
             } else {
@@ -216,13 +216,14 @@ impl Lease for LeaseService {
                 Ok(other) => {
                     return Err(status::internal("lease grant", &format!("{other:?}")));
                 }
-                Err(error) if !chosen_by_client && error.message() == last.message() => {
-                    last = error;
-                }
+                // An id this member chose is taken (by a client's choice): draw again.
+                Err(error)
+                    if !chosen_by_client
+                        && attempts < GRANT_ATTEMPTS
+                        && error.code() == tonic::Code::FailedPrecondition => {}
                 Err(error) => return Err(error),
             }
         }
-        Err(last)
     }
 
     async fn lease_revoke(
@@ -309,7 +310,7 @@ impl Lease for LeaseService {
             .node
             .store()
             .leases()
-            .map_err(|e: StoreError| status::from_store(e))?
+            .map_err(status::from_store)?
             .into_iter()
             .map(|lease| LeaseStatus { id: lease.id })
             .collect();
