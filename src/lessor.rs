@@ -103,12 +103,13 @@ impl Lessor {
     /// Makes a member that just became leader time its leases now, rather than at its
     /// lessor's next tick, so that no keepalive or TTL question in between is answered
     /// as if the lease were unknown. Returns false if `node` does not lead.
-    pub fn ensure_leading(&self, node: &Node) -> Result<bool, crate::store::StoreError> {
+    pub async fn ensure_leading(&self, node: &Node) -> Result<bool, tonic::Status> {
         if !node.is_leader() {
             return Ok(false);
         }
         if !self.timers().leading {
-            self.follow_store(&node.store().leases()?, true);
+            let leases = committed_leases(node).await?;
+            self.follow_store(&leases, true);
         }
         Ok(true)
     }
@@ -190,6 +191,19 @@ impl Lessor {
     }
 }
 
+/// The live leases, read once this member has applied everything committed so far (a
+/// read index round): a new leader so starts from the last checkpoint, not an older
+/// one it had not applied yet.
+async fn committed_leases(node: &Node) -> Result<Vec<LeaseRecord>, tonic::Status> {
+    node.read_barrier().await?;
+    let store = node.store().clone();
+    node.offload()
+        .run(move || store.leases())
+        .await
+        .map_err(|e| crate::api::status::internal("lessor", &e))?
+        .map_err(crate::api::status::from_store)
+}
+
 fn secs(seconds: i64) -> Duration {
     let ttl = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
     #[cfg(feature = "planted-bugs")]
@@ -210,16 +224,11 @@ pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
         ticks.tick().await;
         let term = node.leader_term();
         let leading = term.is_some();
-        let store = node.store().clone();
         let leases = if leading {
-            match node.offload().run(move || store.leases()).await {
-                Ok(Ok(leases)) => leases,
-                Ok(Err(error)) => {
-                    tracing::warn!(%error, "lessor cannot read leases");
-                    continue;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "lessor cannot read leases");
+            match committed_leases(&node).await {
+                Ok(leases) => leases,
+                Err(status) => {
+                    tracing::info!(%status, "lessor cannot read leases; will retry");
                     continue;
                 }
             }

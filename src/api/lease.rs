@@ -88,11 +88,7 @@ impl LeaseService {
 /// A keepalive answered here, on the leader: the lease's TTL, 0 if it is unknown or
 /// expired. `None` if this member does not lead (the caller relays it).
 async fn keep_alive_on_leader(node: &Node, id: i64) -> Result<Option<i64>, Status> {
-    if !node
-        .lessor()
-        .ensure_leading(node)
-        .map_err(status::from_store)?
-    {
+    if !node.lessor().ensure_leading(node).await? {
         return Ok(None);
     }
     let Some(lease) = node.store().lease(id).map_err(status::from_store)? else {
@@ -258,11 +254,7 @@ impl Lease for LeaseService {
         request: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
         let request = request.into_inner();
-        let leading = self
-            .node
-            .lessor()
-            .ensure_leading(&self.node)
-            .map_err(status::from_store)?;
+        let leading = self.node.lessor().ensure_leading(&self.node).await?;
         if !leading {
             let channel = self.node.leader_channel().await?;
             return LeaseClient::new(channel).lease_time_to_live(request).await;
