@@ -10,7 +10,8 @@
 //!   writes got strictly increasing revisions, and no linearizable read returned a
 //!   store or a key older than a write acknowledged before the read began;
 //! - accounting ([`check_accounting`]): every revision the store reached was made by a
-//!   write the clients sent (none skipped, none invented);
+//!   write the clients sent, or by the revoke or expiry of a lease they attached keys
+//!   to, one per lease (none skipped, none invented);
 //! - linearizability (in [`linearizability`], run by [`check_healed_cluster`]): one
 //!   order of all operations explains every answer a client got;
 //! - durability ([`check_durability`]): reading at its revision, every acknowledged Put
@@ -20,13 +21,19 @@
 //!   included, answered with its key's state at the revision in its own header;
 //! - watches ([`check_watches`], in `watch`): what watch clients saw keeps etcd's
 //!   watch guarantees (ordered, unique, reliable, atomic, bookmarkable, correct
-//!   `prev_kv`, the same events through every member), judged from their logs.
+//!   `prev_kv`, the same events through every member), judged from their logs;
+//! - leases ([`check_leases`], in `lease`): no key attached to a lease disappears
+//!   before the lease's TTL has run out since a keepalive (or the grant) answered, and
+//!   every key of a lease no longer kept alive is gone once the TTL (and a bound) has
+//!   passed on a healed cluster, judged from the clients' operations.
 //!
 //! It must never change the cluster (reads only) and never excuse a violation: a check
 //! that cannot decide (e.g. a member that does not answer) reports it as a violation.
 
+mod lease;
 mod watch;
 
+pub use lease::{check_leases, LIVENESS_SLACK, SAFETY_SLACK};
 pub use watch::check_watches;
 
 use std::collections::BTreeMap;
@@ -210,12 +217,13 @@ pub fn check_revisions(operations: &[Operation]) -> Result<(), Violation> {
 /// No linearizable read may miss a write acknowledged before it was invoked: neither
 /// in the store revision of its header nor in the key it read. A read that finds the
 /// key absent after a Put or Cas is stale only if no Delete of the key (acknowledged
-/// or not) may have come in between.
+/// or not) may have come in between; after a Put with a lease, never: the lease's
+/// revoke or expiry may delete the key at any time (the lease checker bounds when).
 fn check_stale_reads(operations: &[Operation]) -> Result<(), Violation> {
     // Acknowledged writes (Put, Cas that swapped, Delete that deleted) by completion.
     let mut writes: Vec<(&Operation, &str, i64)> = operations
         .iter()
-        .filter_map(|op| Some((op, written_key(op)?, op.written_revision()?)))
+        .filter_map(|op| Some((op, op.written_key()?, op.written_revision()?)))
         .collect();
     writes.sort_by_key(|(op, _, _)| op.completed);
     let deletes: Vec<(&Operation, &str)> = operations
@@ -253,7 +261,7 @@ fn check_stale_reads(operations: &[Operation]) -> Result<(), Violation> {
             let stale = match value {
                 Some((_, mod_revision)) => mod_revision < write_revision,
                 None => {
-                    !matches!(write.op, Op::Delete { .. })
+                    !matches!(write.op, Op::Delete { .. } | Op::PutWithLease { .. })
                         && !deletes.iter().any(|(delete, k)| {
                             k == write_key
                                 && delete.completed >= write.invoked
@@ -272,18 +280,17 @@ fn check_stale_reads(operations: &[Operation]) -> Result<(), Violation> {
     Ok(())
 }
 
-/// The key an operation writes, if it is a write.
-fn written_key(op: &Operation) -> Option<&str> {
-    match &op.op {
-        Op::Put { key, .. } | Op::Cas { key, .. } | Op::Delete { key } => Some(key),
-        Op::Get { .. } | Op::Compact { .. } => None,
-    }
-}
-
 /// Checks that the store went from `initial_revision` to `final_revision` by the
-/// clients' Puts alone: at least one revision per acknowledged Put, at most one per Put
-/// that may have taken effect, and every acknowledged revision in between. Only sound
-/// when the recorded clients are the only writers and write only with Put.
+/// clients' writes alone: at least one revision per acknowledged write, at most one
+/// per write that may have taken effect, and every acknowledged revision in between.
+///
+/// Leases make revisions no client request answers for: a lease's revoke, or its
+/// expiry (which the leader sends through the log), deletes every key attached to it
+/// in one revision, and a lease goes only once. So each lease some recorded Put was
+/// sent with (answered or not) may account for exactly one more revision; a lease no
+/// recorded Put names has no key of ours to delete, and a revoke or expiry of a lease
+/// without keys makes no revision. Only sound when the recorded clients are the only
+/// writers.
 pub fn check_accounting(
     operations: &[Operation],
     initial_revision: i64,
@@ -293,10 +300,19 @@ pub fn check_accounting(
         .iter()
         .filter(|op| op.written_revision().is_some())
         .count();
+    let leases_with_keys = operations
+        .iter()
+        .filter_map(|op| match op.op {
+            Op::PutWithLease { lease, .. } => Some(lease),
+            _ => None,
+        })
+        .collect::<std::collections::BTreeSet<i64>>()
+        .len();
     let indefinite = operations
         .iter()
         .filter(|op| op.is_indefinite_write())
-        .count();
+        .count()
+        + leases_with_keys;
     let made = usize::try_from(final_revision - initial_revision).map_err(|_| {
         Violation::new(
             "revision-accounting",
@@ -307,8 +323,9 @@ pub fn check_accounting(
         return Err(Violation::new(
             "revision-accounting",
             format!(
-                "the store made {made} revisions for {acknowledged} acknowledged and \
-                 {indefinite} indefinite puts"
+                "the store made {made} revisions for {acknowledged} acknowledged writes and \
+                 {indefinite} that may have happened (writes of unknown outcome, and one \
+                 revoke or expiry for each of {leases_with_keys} leases with keys)"
             ),
         ));
     }
@@ -324,7 +341,7 @@ pub fn check_accounting(
     Ok(())
 }
 
-/// Reads every acknowledged Put (and Cas that swapped) back at its own revision from
+/// Reads every acknowledged Put (with a lease or not, and Cas that swapped) back at its own revision from
 /// the member `client` is connected to: the key must hold the write's value, modified
 /// at that revision. A revision a Compact in the history (answered or not) may have
 /// compacted away is skipped; a compacted one no Compact asked for is a violation.
@@ -335,8 +352,12 @@ pub async fn check_durability(
 ) -> Result<(), Violation> {
     let compactable = compactable(operations);
     for op in operations {
-        let (Op::Put { key, value } | Op::Cas { key, value, .. }, Some(revision)) =
-            (&op.op, op.written_revision())
+        let (
+            Op::Put { key, value }
+            | Op::PutWithLease { key, value, .. }
+            | Op::Cas { key, value, .. },
+            Some(revision),
+        ) = (&op.op, op.written_revision())
         else {
             continue;
         };
@@ -646,6 +667,52 @@ mod tests {
         );
         assert_eq!(
             check_accounting(&ops[..1], 2, 3).map_err(|v| v.property),
+            Err("revision-accounting")
+        );
+    }
+
+    #[test]
+    fn accounting_allows_one_revision_per_lease_with_keys() {
+        let lease_put = |key: &str, lease, t: u64, revision| {
+            op(
+                "l",
+                Op::PutWithLease {
+                    key: key.into(),
+                    value: "v".into(),
+                    lease,
+                },
+                t,
+                t,
+                Outcome::Written { revision },
+            )
+        };
+        let ops = vec![
+            put("a", "k", (0, 10), 2),
+            lease_put("l/a", 7, 11, 3),
+            lease_put("l/b", 7, 12, 4),
+            lease_put("l/c", 8, 13, 5),
+        ];
+        // Leases 7 and 8 may each have gone, deleting their keys: one revision each.
+        assert_eq!(check_accounting(&ops, 1, 7), Ok(()));
+        assert_eq!(
+            check_accounting(&ops, 1, 8).map_err(|v| v.property),
+            Err("revision-accounting")
+        );
+        // A lease no put names deletes nothing and makes no revision.
+        let grant = op(
+            "l",
+            Op::LeaseGrant { ttl: 3 },
+            14,
+            15,
+            Outcome::Granted {
+                id: 9,
+                ttl: 3,
+                revision: 5,
+            },
+        );
+        let with_grant = [ops.clone(), vec![grant]].concat();
+        assert_eq!(
+            check_accounting(&with_grant, 1, 8).map_err(|v| v.property),
             Err("revision-accounting")
         );
     }

@@ -2,8 +2,8 @@
 //! whether two runs of a seed were the same run.
 //!
 //! This module owns [`History`] (shared by every client host of one simulation),
-//! [`Operation`] and its parts, and (in `watch`) [`WatchLog`], what one watch client
-//! saw. It records; it never judges (the checkers do) and never talks to the cluster.
+//! [`Operation`] and its parts (key-value requests and lease requests alike), and (in
+//! `watch`) [`WatchLog`], what one watch client saw. It records; it never judges (the checkers do) and never talks to the cluster.
 
 mod watch;
 
@@ -31,6 +31,19 @@ pub enum Op {
     },
     /// Compact the store's history up to `revision`.
     Compact { revision: i64 },
+    /// LeaseGrant of a lease with `ttl` seconds (the server may raise it), id chosen
+    /// by the server.
+    LeaseGrant { ttl: i64 },
+    /// One LeaseKeepAlive request of lease `id` on a keepalive stream.
+    LeaseKeepAlive { id: i64 },
+    /// LeaseRevoke of lease `id`: deletes every key attached to it in one revision.
+    LeaseRevoke { id: i64 },
+    /// Put `value` at `key`, attached to lease `lease`.
+    PutWithLease {
+        key: String,
+        value: String,
+        lease: i64,
+    },
 }
 
 /// What a client learnt about its request.
@@ -52,6 +65,15 @@ pub enum Outcome {
     Swapped { revision: i64, succeeded: bool },
     /// A Compact was answered at store revision `revision`.
     Compacted { revision: i64 },
+    /// A LeaseGrant was answered: lease `id` with `ttl` seconds (the TTL the server
+    /// granted), at store revision `revision` (a grant makes no revision).
+    Granted { id: i64, ttl: i64, revision: i64 },
+    /// A keepalive was answered with `ttl`: the lease's whole TTL, its timer restarted
+    /// on the leader; 0 if the lease is unknown or expired.
+    KeptAlive { ttl: i64 },
+    /// A LeaseRevoke was answered at store revision `revision`: the revision that
+    /// deleted the lease's keys, or the unchanged one if none was attached.
+    Revoked { revision: i64 },
     /// No answer (an error or a timeout). A write may or may not have taken effect.
     Unknown(String),
 }
@@ -68,11 +90,12 @@ pub struct Operation {
 }
 
 impl Operation {
-    /// The revision an acknowledged write made: a Put, a Cas that succeeded or a
-    /// Delete that deleted its key. `None` for everything else.
+    /// The revision an acknowledged write made: a Put (with a lease or not), a Cas
+    /// that succeeded or a Delete that deleted its key. `None` for everything else,
+    /// a LeaseRevoke too: its answer does not say whether it deleted anything.
     pub fn written_revision(&self) -> Option<i64> {
         match (&self.op, &self.outcome) {
-            (Op::Put { .. }, Outcome::Written { revision })
+            (Op::Put { .. } | Op::PutWithLease { .. }, Outcome::Written { revision })
             | (
                 Op::Cas { .. },
                 Outcome::Swapped {
@@ -87,16 +110,33 @@ impl Operation {
         }
     }
 
-    /// True for a Put, Delete or Cas whose outcome is unknown: it may or may not have
-    /// made a revision.
+    /// True for a Put (with a lease or not), Delete or Cas whose outcome is unknown:
+    /// it may or may not have made a revision. (A LeaseRevoke's revision is accounted
+    /// per lease, see [`crate::checker::check_accounting`].)
     pub fn is_indefinite_write(&self) -> bool {
         matches!(
             (&self.op, &self.outcome),
             (
-                Op::Put { .. } | Op::Delete { .. } | Op::Cas { .. },
+                Op::Put { .. } | Op::PutWithLease { .. } | Op::Delete { .. } | Op::Cas { .. },
                 Outcome::Unknown(_)
             )
         )
+    }
+
+    /// The key a write sends (Put, with a lease or not, Cas, Delete); `None` for
+    /// reads, compactions and lease requests.
+    pub fn written_key(&self) -> Option<&str> {
+        match &self.op {
+            Op::Put { key, .. }
+            | Op::PutWithLease { key, .. }
+            | Op::Cas { key, .. }
+            | Op::Delete { key } => Some(key),
+            Op::Get { .. }
+            | Op::Compact { .. }
+            | Op::LeaseGrant { .. }
+            | Op::LeaseKeepAlive { .. }
+            | Op::LeaseRevoke { .. } => None,
+        }
     }
 }
 
@@ -121,6 +161,12 @@ impl fmt::Display for Operation {
                 value,
             } => write!(f, "cas {key}@{expected}={value}")?,
             Op::Compact { revision } => write!(f, "compact {revision}")?,
+            Op::LeaseGrant { ttl } => write!(f, "lease grant ttl {ttl}")?,
+            Op::LeaseKeepAlive { id } => write!(f, "lease keepalive {id:x}")?,
+            Op::LeaseRevoke { id } => write!(f, "lease revoke {id:x}")?,
+            Op::PutWithLease { key, value, lease } => {
+                write!(f, "put {key}={value} lease {lease:x}")?;
+            }
         }
         match &self.outcome {
             Outcome::Written { revision } => write!(f, " -> rev {revision}"),
@@ -144,6 +190,11 @@ impl fmt::Display for Operation {
                 if *succeeded { "swapped" } else { "failed" }
             ),
             Outcome::Compacted { revision } => write!(f, " -> compacted at rev {revision}"),
+            Outcome::Granted { id, ttl, revision } => {
+                write!(f, " -> lease {id:x} ttl {ttl} at rev {revision}")
+            }
+            Outcome::KeptAlive { ttl } => write!(f, " -> ttl {ttl}"),
+            Outcome::Revoked { revision } => write!(f, " -> revoked at rev {revision}"),
             Outcome::Unknown(reason) => write!(f, " -> unknown ({reason})"),
         }
     }

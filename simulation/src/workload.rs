@@ -18,7 +18,7 @@ pub use watch::{WatchClient, WatchTarget};
 
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 
 use crate::client::{self, ClientOptions};
 use crate::error::SimError;
@@ -200,5 +200,32 @@ pub(crate) async fn execute(client: &mut Client, op: &Op) -> Result<Outcome, Sim
                 revision: response.header().map_or(0, |h| h.revision()),
             })
         }
+        Op::PutWithLease { key, value, lease } => {
+            let options = PutOptions::new().with_lease(*lease);
+            let response = client
+                .put(key.as_str(), value.as_str(), Some(options))
+                .await?;
+            Ok(Outcome::Written {
+                revision: response.header().map_or(0, |h| h.revision()),
+            })
+        }
+        Op::LeaseGrant { ttl } => {
+            let response = client.lease_grant(*ttl, None).await?;
+            Ok(Outcome::Granted {
+                id: response.id(),
+                ttl: response.ttl(),
+                revision: response.header().map_or(0, |h| h.revision()),
+            })
+        }
+        Op::LeaseRevoke { id } => {
+            let response = client.lease_revoke(*id).await?;
+            Ok(Outcome::Revoked {
+                revision: response.header().map_or(0, |h| h.revision()),
+            })
+        }
+        // A keepalive is one message on a stream the caller holds (see `lease`).
+        Op::LeaseKeepAlive { .. } => Err(SimError::Invalid(
+            "keepalives go on a keepalive stream, not one request".into(),
+        )),
     }
 }

@@ -76,11 +76,16 @@ struct Write<'a> {
 impl<'a> Write<'a> {
     fn of(op: &'a Operation) -> Option<Self> {
         let (key, kind, value) = match &op.op {
-            Op::Put { key, value } | Op::Cas { key, value, .. } => {
-                (key, EventKind::Put, Some(value.as_str()))
-            }
+            Op::Put { key, value }
+            | Op::PutWithLease { key, value, .. }
+            | Op::Cas { key, value, .. } => (key, EventKind::Put, Some(value.as_str())),
             Op::Delete { key } => (key, EventKind::Delete, None),
-            Op::Get { .. } | Op::Compact { .. } => return None,
+            // A revoke deletes keys no request names; watchers never watch lease keys.
+            Op::Get { .. }
+            | Op::Compact { .. }
+            | Op::LeaseGrant { .. }
+            | Op::LeaseKeepAlive { .. }
+            | Op::LeaseRevoke { .. } => return None,
         };
         Some(Write {
             op,

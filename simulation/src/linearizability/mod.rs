@@ -30,6 +30,16 @@
 //! (even long after the client gave up: it may sit in the Raft log) or never. Unknown
 //! Gets and Compacts change nothing and are left out.
 //!
+//! Leases: a Put with a lease is a Put; a lease's keys (every key a recorded Put
+//! attaches to it) get consecutive key ids, so that its revoke is one operation that
+//! deletes whichever of them exist in one revision (and changes nothing if none does).
+//! Its expiry, which no client sends, is such a revoke with an unknown outcome,
+//! invoked when the first of its Puts was, or the last linearizable read that found
+//! one of its keys if later: the leader may expire the lease at any point after (how
+//! early is the lease checker's question, not this one's), or never within the
+//! history. Grants and keepalives touch no key and no revision and are left
+//! out.
+//!
 //! Not checked here: serializable Gets (the staleness checks in
 //! [`checker`](crate::checker) cover them); whether a Compact really made older
 //! revisions unreadable (nothing in the history reads at a revision); a key's
@@ -37,14 +47,15 @@
 //! and compactions that failed for a definite reason (compacted or future revision),
 //! which the workload records as unknown and the model treats as no-ops anyway.
 //! Precondition: the recorded clients are the only writers of the keys they touch, and
-//! those keys do not exist at `initial_revision`.
+//! those keys do not exist at `initial_revision`; a key put with a lease is only ever
+//! put with that lease (a Put without it would detach it; such a history is refused).
 
 mod model;
 mod search;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use crate::checker::Violation;
@@ -62,8 +73,9 @@ pub const DEFAULT_STEP_BUDGET: u64 = 2_000_000;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// A linearization: indexes into the operations, in order of effect. Operations
-    /// left out are serializable Gets and operations with unknown outcomes that did
-    /// not take effect in this order.
+    /// left out are serializable Gets, grants, keepalives and operations with unknown
+    /// outcomes that did not take effect in this order. Lease expiries, which are no
+    /// client's operations, are not listed.
     Linearizable { order: Vec<usize>, steps: u64 },
     /// No linearization exists; `detail` names the operation that could not be
     /// explained, the furthest partial linearization and the store it reached.
@@ -128,7 +140,11 @@ pub fn analyze(operations: &[Operation], initial_revision: i64, step_budget: u64
     let initial = State::initial(initial_revision, prepared.keys.len());
     match search::search(&prepared.calls, initial, step_budget) {
         Search::Linearizable { order, steps } => Verdict::Linearizable {
-            order: order.into_iter().map(|i| prepared.origin[i]).collect(),
+            order: order
+                .into_iter()
+                .filter(|i| !prepared.expiry[*i])
+                .map(|i| prepared.origin[i])
+                .collect(),
             steps,
         },
         Search::Inconclusive { steps, furthest } => Verdict::Inconclusive {
@@ -160,6 +176,57 @@ struct Prepared {
     writers: Vec<u32>,
     /// For each value, a mod_revision some read returned it with.
     seen_at: Vec<Option<i64>>,
+    /// Each lease's keys, as the range of their key ids.
+    lease_keys: BTreeMap<i64, (KeyId, KeyId)>,
+    /// For each call, whether it stands for a lease's expiry (its origin is then the
+    /// lease's first Put) rather than for a recorded operation.
+    expiry: Vec<bool>,
+}
+
+/// When lease `lease` had certainly expired, if the history proves it: the earliest
+/// completion of a linearizable read that found one of its keys absent, after a Put of
+/// that key with the lease was acknowledged and before any revoke of the lease or
+/// Delete of the key was sent (nothing else deletes the key: it went by expiry).
+fn expired_by(operations: &[Operation], lease: i64) -> Option<std::time::Duration> {
+    let mut put_done: HashMap<&str, std::time::Duration> = HashMap::new();
+    for operation in operations {
+        if let (Op::PutWithLease { key, lease: l, .. }, Some(_)) =
+            (&operation.op, operation.written_revision())
+        {
+            if *l == lease {
+                let done = put_done.entry(key).or_insert(operation.completed);
+                *done = (*done).min(operation.completed);
+            }
+        }
+    }
+    let revoked = operations
+        .iter()
+        .filter(|operation| matches!(operation.op, Op::LeaseRevoke { id } if id == lease))
+        .map(|operation| operation.invoked)
+        .min();
+    operations
+        .iter()
+        .filter_map(|operation| match (&operation.op, &operation.outcome) {
+            (
+                Op::Get {
+                    key,
+                    serializable: false,
+                },
+                Outcome::Read { value: None, .. },
+            ) => {
+                let put = put_done.get(key.as_str())?;
+                let deleted = operations.iter().any(|other| {
+                    matches!(&other.op, Op::Delete { key: k } if k == key)
+                        && other.invoked <= operation.completed
+                });
+                (*put < operation.invoked
+                    && !deleted
+                    && revoked.is_none_or(|at| at > operation.completed))
+                .then_some(operation.completed)
+            }
+            _ => None,
+        })
+        .min()
 }
 
 impl Prepared {
@@ -172,6 +239,7 @@ impl Prepared {
             .push("(a value no read returned)".to_owned());
         prepared.writers.push(0);
         prepared.seen_at.push(None);
+        prepared.register_lease_keys(operations)?;
         for (index, operation) in operations.iter().enumerate() {
             let unknown = matches!(operation.outcome, Outcome::Unknown(_));
             let input = match &operation.op {
@@ -179,10 +247,17 @@ impl Prepared {
                     serializable: true, ..
                 } => continue,
                 Op::Get { .. } | Op::Compact { .. } if unknown => continue,
-                Op::Put { key, value } => Input::Put {
+                Op::LeaseGrant { .. } | Op::LeaseKeepAlive { .. } => continue,
+                Op::Put { key, value } | Op::PutWithLease { key, value, .. } => Input::Put {
                     key: prepared.key(key),
                     value: prepared.written(value),
                 },
+                Op::LeaseRevoke { id } => {
+                    // A lease no Put names has no key of ours: its revoke changes
+                    // nothing, and answers with the store revision as it is.
+                    let (first, end) = prepared.lease_keys.get(id).copied().unwrap_or((0, 0));
+                    Input::Revoke { first, end }
+                }
                 Op::Get { key, .. } => Input::Get {
                     key: prepared.key(key),
                 },
@@ -202,7 +277,12 @@ impl Prepared {
             };
             let output = match (&operation.op, &operation.outcome) {
                 (_, Outcome::Unknown(_)) => None,
-                (Op::Put { .. }, Outcome::Written { revision }) => Some(Output::Written {
+                (Op::Put { .. } | Op::PutWithLease { .. }, Outcome::Written { revision }) => {
+                    Some(Output::Written {
+                        revision: *revision,
+                    })
+                }
+                (Op::LeaseRevoke { .. }, Outcome::Revoked { revision }) => Some(Output::Revoked {
                     revision: *revision,
                 }),
                 (Op::Get { .. }, Outcome::Read { revision, value }) => Some(Output::Read {
@@ -242,11 +322,112 @@ impl Prepared {
                 invoked: operation.invoked,
                 completed: operation.completed,
                 pin: None,
+                bounded: false,
             });
             prepared.origin.push(index);
+            prepared.expiry.push(false);
         }
+        prepared.add_expiries(operations);
         prepared.canonicalize();
         Ok(prepared)
+    }
+
+    /// Gives each lease's keys consecutive key ids, before any other key; an error if
+    /// a key is attached to two leases, or also put without its lease.
+    fn register_lease_keys(&mut self, operations: &[Operation]) -> Result<(), String> {
+        let mut by_lease: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+        let mut lease_of: HashMap<&str, i64> = HashMap::new();
+        for operation in operations {
+            if let Op::PutWithLease { key, lease, .. } = &operation.op {
+                if *lease_of.entry(key).or_insert(*lease) != *lease {
+                    return Err(format!(
+                        "{key} is put with two leases; the model gives a key one lease"
+                    ));
+                }
+                let keys = by_lease.entry(*lease).or_default();
+                if !keys.contains(&key.as_str()) {
+                    keys.push(key);
+                }
+            }
+        }
+        if let Some(operation) = operations.iter().find(|operation| {
+            matches!(&operation.op, Op::Put { key, .. } | Op::Cas { key, .. }
+                if lease_of.contains_key(key.as_str()))
+        }) {
+            return Err(format!(
+                "{operation} puts a key without the lease other puts attach it to; the \
+                 model keeps a key on its lease"
+            ));
+        }
+        for (lease, keys) in by_lease {
+            let first = self.keys.len();
+            for key in keys {
+                self.key(key);
+            }
+            self.lease_keys.insert(lease, (first, self.keys.len()));
+        }
+        Ok(())
+    }
+
+    /// One unknown revoke per lease with keys: its expiry, which may happen at any
+    /// point after its first Put was sent, or not at all. It cannot come before a
+    /// linearizable read that found one of the lease's keys (keys are put once and go
+    /// only with their lease), so it is invoked when the last such read was; and if a
+    /// read proves it happened (see [`expired_by`]), it is bounded by that read's
+    /// completion. The same verdicts, but the search neither tries the expiry in every
+    /// revision gap while the lease is plainly alive nor puts it off past every gap
+    /// other unknown writes could fill.
+    fn add_expiries(&mut self, operations: &[Operation]) {
+        for (lease, (first, end)) in &self.lease_keys {
+            let first_put = operations.iter().enumerate().find(|(_, operation)| {
+                matches!(operation.op, Op::PutWithLease { lease: l, .. } if l == *lease)
+            });
+            let Some((index, put)) = first_put else {
+                continue;
+            };
+            let last_found = operations
+                .iter()
+                .filter(|operation| match (&operation.op, &operation.outcome) {
+                    (
+                        Op::Get {
+                            key,
+                            serializable: false,
+                        },
+                        Outcome::Read { value: Some(_), .. },
+                    ) => self
+                        .key_ids
+                        .get(key)
+                        .is_some_and(|id| (*first..*end).contains(id)),
+                    _ => false,
+                })
+                .map(|operation| operation.invoked)
+                .max();
+            let invoked = last_found.map_or(put.invoked, |found| found.max(put.invoked));
+            let deadline = expired_by(operations, *lease);
+            self.calls.push(Call {
+                input: Input::Revoke {
+                    first: *first,
+                    end: *end,
+                },
+                output: None,
+                invoked,
+                completed: deadline.unwrap_or(invoked).max(invoked),
+                pin: None,
+                bounded: deadline.is_some(),
+            });
+            self.origin.push(index);
+            self.expiry.push(true);
+        }
+    }
+
+    /// A call as the violation report shows it.
+    fn describe(&self, operations: &[Operation], call: usize) -> String {
+        let operation = &operations[self.origin[call]];
+        if self.expiry[call] {
+            format!("expiry of the lease of #{} {operation}", self.origin[call])
+        } else {
+            format!("#{} {operation}", self.origin[call])
+        }
     }
 
     /// Two rewrites that shrink the search without changing its verdict. A value no
@@ -352,7 +533,7 @@ impl Prepared {
         if !done.is_empty() {
             let _ = write!(out, ", ending with:");
             for &call in &done[done.len().saturating_sub(SHOWN)..] {
-                let _ = write!(out, "\n    #{} {}", self.origin[call], op(call));
+                let _ = write!(out, "\n    {}", self.describe(operations, call));
             }
         }
         // The store it reached, replayed with every value as written.
@@ -383,7 +564,7 @@ impl Prepared {
         if !free.is_empty() {
             let _ = write!(out, "\n  not linearized there, invoked by then:");
             for &call in free.iter().take(SHOWN) {
-                let _ = write!(out, "\n    #{} {}", self.origin[call], op(call));
+                let _ = write!(out, "\n    {}", self.describe(operations, call));
             }
             if free.len() > SHOWN {
                 let _ = write!(out, "\n    ... and {} more", free.len() - SHOWN);

@@ -61,6 +61,12 @@ pub(super) enum Input {
         value: ValueId,
     },
     Compact,
+    /// A lease's revoke or expiry: every key in `first..end` (the lease's keys) that
+    /// exists is deleted, in one revision; if none exists, nothing changes.
+    Revoke {
+        first: KeyId,
+        end: KeyId,
+    },
 }
 
 /// What etcd answered: the response header's revision and the operation's result.
@@ -83,6 +89,10 @@ pub(super) enum Output {
         succeeded: bool,
     },
     Compacted {
+        revision: i64,
+    },
+    /// The store revision after the revoke (its own if it deleted keys).
+    Revoked {
         revision: i64,
     },
 }
@@ -114,6 +124,9 @@ impl Output {
             | Output::Deleted { revision, .. }
             | Output::Swapped { revision, .. }
             | Output::Compacted { revision } => revision,
+            // Whether it deleted anything (and so made `revision`) depends on the
+            // state; `revision` bounds the store before it either way.
+            Output::Revoked { revision } => revision,
         }
     }
 }
@@ -185,6 +198,20 @@ impl State {
                     revision: self.revision,
                 };
                 self.answered(None, answer, output)
+            }
+            Input::Revoke { first, end } => {
+                let next = (first..end).any(|key| self.get(key).is_some()).then(|| {
+                    let mut next = self.clone();
+                    next.revision += 1;
+                    for key in first..end {
+                        next.set(key, None);
+                    }
+                    next
+                });
+                let answer = Output::Revoked {
+                    revision: next.as_ref().map_or(self.revision, |n| n.revision),
+                };
+                self.answered(next, answer, output)
             }
         }
     }
@@ -384,6 +411,24 @@ mod tests {
         assert_eq!(s, State::initial(3, 1));
         assert_eq!(
             s.step(Input::Compact, Some(Output::Compacted { revision: 3 })),
+            Step::Same
+        );
+        // A revoke deletes its lease's keys in one revision; with none, it changes
+        // nothing.
+        let Step::Next(two) = s.step(Input::Put { key: 0, value: 3 }, None) else {
+            panic!("put before revoke");
+        };
+        let revoke = Input::Revoke { first: 0, end: 1 };
+        assert_eq!(
+            two.step(revoke, Some(Output::Revoked { revision: 5 })),
+            Step::Next(State::initial(5, 1))
+        );
+        assert_eq!(
+            two.step(revoke, Some(Output::Revoked { revision: 4 })),
+            Step::Impossible
+        );
+        assert_eq!(
+            s.step(revoke, Some(Output::Revoked { revision: 3 })),
             Step::Same
         );
         // A put after a delete recreates the key at version 1.

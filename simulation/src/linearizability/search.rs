@@ -22,6 +22,11 @@
 //! before it: it has to fill a gap in the answered revisions. Unknown operations with
 //! the same request are interchangeable once invoked; only the earliest is tried.
 //!
+//! An operation without an answer that certainly took effect by some instant (a
+//! lease's expiry, once a read found its key gone) is bounded: it sits in the timeline
+//! with its call and that instant as its return, like an answered operation whose
+//! answer the model does not check, and is never forced.
+//!
 //! An answered operation that changes nothing (a read, a failed compare, a delete of
 //! nothing, a compaction) and fits goes next, and no alternative to it is tried at
 //! that point: in any order that works from there, whatever precedes it changes
@@ -49,6 +54,18 @@ pub(super) struct Call {
     /// For an unknown write: the only revision it can have made, if it took effect.
     /// Other unknown writes may not make it.
     pub pin: Option<i64>,
+    /// For an operation without an answer: it certainly took effect by `completed`
+    /// (a lease's expiry that a later read proves). It then sits in the timeline like
+    /// an answered operation, with any outcome the model allows.
+    pub bounded: bool,
+}
+
+impl Call {
+    /// Answered, or bounded: its return is in the timeline and must be reached with
+    /// the operation linearized.
+    fn in_timeline(&self) -> bool {
+        self.output.is_some() || self.bounded
+    }
 }
 
 /// How a search ended.
@@ -208,7 +225,7 @@ struct Searcher<'a> {
 impl<'a> Searcher<'a> {
     fn new(calls: &'a [Call], initial: State) -> Searcher<'a> {
         let mut pool_ops: Vec<usize> = (0..calls.len())
-            .filter(|&op| calls[op].output.is_none())
+            .filter(|&op| !calls[op].in_timeline())
             .collect();
         pool_ops.sort_by_key(|&op| (calls[op].invoked, op));
         let mut twins = vec![None; pool_ops.len()];
@@ -228,7 +245,7 @@ impl<'a> Searcher<'a> {
             linearized: BitSet::new(calls.len()),
             stack: Vec::new(),
             seen: HashSet::new(),
-            definite_left: calls.iter().filter(|c| c.output.is_some()).count(),
+            definite_left: calls.iter().filter(|c| c.in_timeline()).count(),
             ceilings: Ceilings::new(calls),
             furthest: None,
         }
@@ -276,8 +293,8 @@ impl<'a> Searcher<'a> {
             (Step::Impossible, _) => None,
             // An unknown operation that changes nothing may as well not have happened:
             // leaving it out covers this branch.
-            (Step::Same, None) => None,
-            (Step::Same, Some(_)) => Some(self.state.clone()),
+            (Step::Same, None) if !call.bounded => None,
+            (Step::Same, _) => Some(self.state.clone()),
             // An unknown write past a revision that an answered operation still needs
             // is a dead end, however late that operation comes; and it must make its
             // pinned revision, or one no other unknown write is pinned to.
@@ -322,8 +339,10 @@ impl<'a> Searcher<'a> {
             blocker,
             forced,
         });
-        if let Some(output) = call.output {
+        if call.in_timeline() {
             self.definite_left -= 1;
+        }
+        if let Some(output) = call.output {
             self.ceilings.remove(output.revision_before());
         }
         match at {
@@ -341,8 +360,10 @@ impl<'a> Searcher<'a> {
             let frame = self.stack.pop()?;
             self.state = frame.before;
             self.linearized.set(frame.op, false);
-            if let Some(output) = self.calls[frame.op].output {
+            if self.calls[frame.op].in_timeline() {
                 self.definite_left += 1;
+            }
+            if let Some(output) = self.calls[frame.op].output {
                 self.ceilings.add(output.revision_before());
             }
             let resume = match frame.at {
@@ -409,7 +430,7 @@ impl Ceilings {
     }
 }
 
-/// The calls and returns of answered operations in time order.
+/// The calls and returns of answered (and bounded) operations in time order.
 struct Timeline {
     entries: Vec<Entry>,
     links: Links,
@@ -419,7 +440,7 @@ impl Timeline {
     fn new(calls: &[Call]) -> Timeline {
         let mut keyed: Vec<(Duration, bool, usize)> = Vec::new();
         for (op, call) in calls.iter().enumerate() {
-            if call.output.is_some() {
+            if call.in_timeline() {
                 keyed.push((call.invoked, false, op));
                 keyed.push((call.completed, true, op));
             }

@@ -315,8 +315,10 @@ impl State {
             | Outcome::Read { revision, .. }
             | Outcome::Deleted { revision, .. }
             | Outcome::Swapped { revision, .. }
-            | Outcome::Compacted { revision } => *revision,
-            Outcome::Unknown(_) => 0,
+            | Outcome::Compacted { revision }
+            | Outcome::Granted { revision, .. }
+            | Outcome::Revoked { revision } => *revision,
+            Outcome::KeptAlive { .. } | Outcome::Unknown(_) => 0,
         };
         if revision > 0 {
             self.seen.push_back(revision);
