@@ -212,6 +212,8 @@ pub struct LeaderWatch {
 #[derive(Debug, Default)]
 struct WatchState {
     leader: RefCell<Option<(String, u64)>>,
+    /// When a poll first saw the current leader and term (simulated time).
+    changed: Cell<Duration>,
     polls: Cell<u64>,
     stop: Cell<bool>,
 }
@@ -258,7 +260,11 @@ impl LeaderWatch {
                     Some((members[i].0.clone(), term))
                 });
                 if named.is_some() {
-                    *state.leader.borrow_mut() = named;
+                    let mut leader = state.leader.borrow_mut();
+                    if *leader != named {
+                        state.changed.set(crate::history::now());
+                    }
+                    *leader = named;
                 }
                 state.polls.set(state.polls.get() + 1);
                 tokio::time::sleep(every).await;
@@ -271,6 +277,13 @@ impl LeaderWatch {
     /// The leader with the highest term seen so far, if any.
     pub fn leader(&self) -> Option<String> {
         self.state.leader.borrow().as_ref().map(|(l, _)| l.clone())
+    }
+
+    /// When a poll first saw the current leader in its term (simulated time since the
+    /// simulation started): at or after its election (within a poll of it), so the
+    /// leader timed every lease from no later than then.
+    pub fn last_change(&self) -> Duration {
+        self.state.changed.get()
     }
 
     /// Completed polls of every member.

@@ -1,6 +1,6 @@
 //! One seed from start to verdict: a 3- or 5-member cluster, concurrent [`Mixed`]
-//! clients, one or two [`WatchClient`]s watching their keys, the seed's [`FaultPlan`],
-//! healing, and every checker.
+//! clients, one or two [`WatchClient`]s watching their keys, one [`LeaseClient`] with
+//! keys of its own, the seed's [`FaultPlan`], healing, and every checker.
 //!
 //! This module owns [`Scenario`] (what a seed runs) and [`SeedReport`] (what came of
 //! it: counts, the faults as injected, violations, and a hash of every event). The CI
@@ -20,14 +20,22 @@ use crate::checker::{self, Fnv};
 use crate::cluster::SimCluster;
 use crate::error::SimError;
 use crate::faults::{step_until, FaultPlan, Injector, LeaderWatch};
-use crate::history::{History, Operation, Outcome, WatchLog};
+use crate::history::{History, Op, Operation, Outcome, WatchLog};
 use crate::rng::{mix, SimRng};
-use crate::workload::{Mixed, WatchClient, WatchTarget, WritesInFlight};
+use crate::workload::{LeaseClient, Mixed, WatchClient, WatchTarget, WritesInFlight};
 
 /// How long watch clients may take, once the writers are done, to deliver the last
 /// acknowledged write; more is a liveness violation.
 const WATCH_DRAIN: Duration = Duration::from_secs(30);
 
+/// How long the lease client may keep reading keys whose leases should have gone, once
+/// the run is over: far past any lease's TTL and the liveness bound.
+const LEASE_DRAIN: Duration = Duration::from_secs(30);
+
+/// The members' `--experimental-lease-checkpoint-interval`: short, so that a new
+/// leader resumes leases from checkpoints (and keepalives reset them through the log)
+/// within a seed, rather than from their whole TTL as with etcd's 5 minutes.
+const LEASE_CHECKPOINT_INTERVAL: &str = "2s";
 /// How to replay one seed with logs: the command a failing seed prints.
 pub fn replay_command(seed: u64) -> String {
     format!(
@@ -47,6 +55,8 @@ pub struct Scenario {
     pub keys: usize,
     /// Watch clients over those keys.
     pub watchers: Vec<WatcherPlan>,
+    /// Leases the seed's lease client grants, each with keys of its own.
+    pub leases: usize,
     /// Where members keep their data (default: `/dev/shm` if it exists, so fsyncs
     /// cost nothing, else the system's temporary directory).
     pub data_root: Option<PathBuf>,
@@ -54,7 +64,7 @@ pub struct Scenario {
 
 impl Scenario {
     /// The scenario of `seed`: its fault plan, two to four clients, three to five keys,
-    /// one or two watchers.
+    /// one or two watchers, four to seven leases.
     pub fn from_seed(seed: u64) -> Self {
         let mut rng = SimRng::new(seed, 0x5ce);
         let plan = FaultPlan::from_seed(seed);
@@ -71,12 +81,15 @@ impl Scenario {
                 start_revision: if rng.percent(75) { 1 } else { 0 },
             })
             .collect();
+        // Drawn after the older choices again.
+        let leases = rng.below(4..8) as usize;
         Scenario {
             seed,
             plan,
             clients,
             keys,
             watchers,
+            leases,
             data_root: default_data_root(),
         }
     }
@@ -89,6 +102,7 @@ impl Scenario {
             plan: self.plan.clone(),
             clients: self.clients,
             watchers: self.watchers.len(),
+            leases: 0,
             faults: Vec::new(),
             injected: 0,
             operations: 0,
@@ -150,7 +164,12 @@ impl Scenario {
         history: &History,
         report: &mut SeedReport,
     ) -> Result<(), SimError> {
-        let mut builder = SimCluster::builder().nodes(self.plan.nodes).seed(self.seed);
+        let mut builder = SimCluster::builder()
+            .nodes(self.plan.nodes)
+            .seed(self.seed)
+            .flag(format!(
+                "--experimental-lease-checkpoint-interval={LEASE_CHECKPOINT_INTERVAL}"
+            ));
         if let Some(root) = &self.data_root {
             builder = builder.data_root(root);
         }
@@ -203,6 +222,21 @@ impl Scenario {
             });
         }
 
+        let lease_client = LeaseClient {
+            leases: self.leases,
+            run_for,
+            drain_for: LEASE_DRAIN,
+            ..LeaseClient::new("lease1", cluster.endpoints(), mix(self.seed, 300))
+        };
+        let lease_finished = Rc::new(Cell::new(false));
+        let done = lease_finished.clone();
+        let lease_history = history.clone();
+        sim.client("lease1", async move {
+            lease_client.run(lease_history).await?;
+            done.set(true);
+            Ok(())
+        });
+
         let mut injector = Injector::new(&cluster, watch.clone(), writes, self.seed);
         let outcome = self
             .plan
@@ -212,6 +246,7 @@ impl Scenario {
         report.faults = injector.log().to_vec();
         report.injected = injector.injected();
         outcome?;
+        let healed_at = sim.elapsed();
 
         let clients = self.clients;
         let limit = run_for + Duration::from_secs(30);
@@ -236,6 +271,16 @@ impl Scenario {
                 "watch clients still running {drain_limit:?} after the writers"
             )));
         }
+        // The lease client reads its keys until they are gone: leases kept alive to the
+        // end, and any a leader change restarted, take their TTL after the faults.
+        let lease_limit = LEASE_DRAIN + Duration::from_secs(10);
+        if !step_until(sim, lease_limit, || lease_finished.get())? {
+            return Err(SimError::Timeout(format!(
+                "the lease client still running {lease_limit:?} after the writers"
+            )));
+        }
+        // From here on no fault, and the leader the watch saw last has led since.
+        let stable_since = healed_at.max(watch.last_change());
         watch.stop();
 
         let verdict = Rc::new(RefCell::new(None));
@@ -262,8 +307,44 @@ impl Scenario {
                 .iter()
                 .map(ToString::to_string),
         );
+        let operations = history.operations();
+        report.trace.push(lease_digest("lease1", &operations));
+        report.leases = operations
+            .iter()
+            .filter(|op| matches!(op.outcome, Outcome::Granted { .. }))
+            .count();
+        report.violations.extend(
+            checker::check_leases(&operations, stable_since)
+                .iter()
+                .map(ToString::to_string),
+        );
+        report
+            .trace
+            .push(format!("leases stable since {stable_since:?}"));
         Ok(())
     }
+}
+
+/// One line for a seed's trace: what the lease client `name` did, by kind and answer.
+fn lease_digest(name: &str, operations: &[Operation]) -> String {
+    let mine = || operations.iter().filter(|op| op.client == name);
+    let count = |f: &dyn Fn(&Operation) -> bool| mine().filter(|op| f(op)).count();
+    let mut hash = Fnv::new();
+    for op in mine() {
+        hash.bytes(op.to_string().as_bytes());
+    }
+    format!(
+        "{name}: {} leases granted, {} keepalives ({} alive, {} gone), {} revokes, {} reads \
+         ({} found gone), hash {:016x}",
+        count(&|op| matches!(op.outcome, Outcome::Granted { .. })),
+        count(&|op| matches!(op.op, Op::LeaseKeepAlive { .. })),
+        count(&|op| matches!(op.outcome, Outcome::KeptAlive { ttl } if ttl > 0)),
+        count(&|op| matches!(op.outcome, Outcome::KeptAlive { ttl: 0 })),
+        count(&|op| matches!(op.op, Op::LeaseRevoke { .. })),
+        count(&|op| matches!(op.op, Op::Get { .. })),
+        count(&|op| matches!(op.outcome, Outcome::Read { value: None, .. })),
+        hash.finish()
+    )
 }
 
 /// One watch client of a seed.
@@ -293,6 +374,8 @@ pub struct SeedReport {
     pub plan: FaultPlan,
     pub clients: usize,
     pub watchers: usize,
+    /// Leases the lease client was granted.
+    pub leases: usize,
     /// The faults as injected, one line each with its simulated time and target.
     pub faults: Vec<String>,
     /// How many faults were injected.
@@ -324,12 +407,13 @@ impl SeedReport {
     /// One line: seed, size, counts, times, verdict.
     pub fn summary(&self) -> String {
         format!(
-            "seed {}: {} members, {} clients, {} watchers, {} faults, {} ops ({} unknown), {} \
-             watch events, {:.1}s simulated in {:.1}s, {}",
+            "seed {}: {} members, {} clients, {} watchers, {} leases, {} faults, {} ops ({} \
+             unknown), {} watch events, {:.1}s simulated in {:.1}s, {}",
             self.seed,
             self.plan.nodes,
             self.clients,
             self.watchers,
+            self.leases,
             self.injected,
             self.operations,
             self.unknown,

@@ -6,13 +6,17 @@
 //! compare-and-swap, DeleteRange and Compact sent to seed-chosen members, as a
 //! Kubernetes API server would), [`WatchClient`] (one etcd watch over the others'
 //! keys for the whole run, resumed on another member whenever it fails, as an informer
-//! holds one), and how each request is sent (`execute`). Every request goes into a
+//! holds one), [`LeaseClient`] (leases with keys attached, some kept alive for a
+//! while, some revoked, their keys polled until they go), and how each request is sent
+//! (`execute`). Every request goes into a
 //! [`History`], every watch response into a [`crate::history::WatchLog`]. It must never
 //! judge the results (the checkers do) and never inject faults.
 
+mod lease;
 mod mixed;
 mod watch;
 
+pub use lease::LeaseClient;
 pub use mixed::{Mix, Mixed, WritesInFlight};
 pub use watch::{WatchClient, WatchTarget};
 
