@@ -41,7 +41,10 @@ struct Timer {
 
 #[derive(Debug, Default)]
 struct Timers {
-    leading: bool,
+    /// The term these timers were started in; `None` while this member does not lead.
+    /// Timers of another term are never reused: between them another leader may have
+    /// renewed leases.
+    term: Option<u64>,
     leases: HashMap<i64, Timer>,
 }
 
@@ -73,7 +76,7 @@ impl Lessor {
     /// not lead, or the lease has expired and is being revoked.
     pub fn renew(&self, lease: &LeaseRecord) -> bool {
         let mut timers = self.timers();
-        if !timers.leading {
+        if timers.term.is_none() {
             return false;
         }
         let timer = timers.leases.entry(lease.id).or_insert(Timer {
@@ -92,9 +95,7 @@ impl Lessor {
     /// does not lead or does not time it (yet).
     pub fn remaining(&self, id: i64) -> Option<i64> {
         let timers = self.timers();
-        if !timers.leading {
-            return None;
-        }
+        timers.term?;
         let timer = timers.leases.get(&id)?;
         let left = timer.expires.saturating_duration_since(Instant::now());
         Some(left.as_secs_f64().ceil() as i64)
@@ -104,27 +105,29 @@ impl Lessor {
     /// lessor's next tick, so that no keepalive or TTL question in between is answered
     /// as if the lease were unknown. Returns false if `node` does not lead.
     pub async fn ensure_leading(&self, node: &Node) -> Result<bool, tonic::Status> {
-        if !node.is_leader() {
+        let Some(term) = node.leader_term() else {
             return Ok(false);
-        }
-        if !self.timers().leading {
+        };
+        if self.timers().term != Some(term) {
             let leases = committed_leases(node).await?;
-            self.follow_store(&leases, true);
+            self.follow_store(&leases, Some(term));
         }
         Ok(true)
     }
 
-    /// Takes the store's leases: on a new leader every timer starts from the last
-    /// checkpoint, afterwards only leases not seen before get one.
-    fn follow_store(&self, leases: &[LeaseRecord], leading: bool) {
+    /// Takes the store's leases as the timers of `term` (`None`: not leading): in a new
+    /// term every timer starts from the last checkpoint, afterwards only leases not
+    /// seen before get one.
+    fn follow_store(&self, leases: &[LeaseRecord], term: Option<u64>) {
         let mut timers = self.timers();
-        if !leading {
-            timers.leading = false;
+        if term.is_none() || timers.term != term {
             timers.leases.clear();
+        }
+        timers.term = term;
+        if term.is_none() {
             return;
         }
         let now = Instant::now();
-        timers.leading = true;
         let mut followed = HashMap::with_capacity(leases.len());
         for lease in leases {
             let timer = timers.leases.get(&lease.id).copied().unwrap_or_else(|| {
@@ -235,7 +238,7 @@ pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
         } else {
             Vec::new()
         };
-        lessor.follow_store(&leases, leading);
+        lessor.follow_store(&leases, term);
         if !leading {
             last_checkpoint = Instant::now();
             continue;
