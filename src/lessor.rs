@@ -278,3 +278,72 @@ pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(id: i64, ttl: i64, remaining_ttl: i64) -> LeaseRecord {
+        LeaseRecord {
+            id,
+            ttl,
+            remaining_ttl,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_term_starts_from_the_checkpoint_and_a_known_term_keeps_its_timers() {
+        let lessor = Lessor::default();
+        lessor.follow_store(&[lease(1, 30, 7), lease(2, 30, 0)], Some(4));
+        assert_eq!(lessor.remaining(1), Some(7));
+        assert_eq!(lessor.remaining(2), Some(30));
+        // The same term: the store's newer checkpoint does not move a running timer.
+        lessor.follow_store(&[lease(1, 30, 3), lease(2, 30, 0)], Some(4));
+        assert_eq!(lessor.remaining(1), Some(7));
+        // A lease gone from the store is no longer timed.
+        lessor.follow_store(&[lease(1, 30, 3)], Some(4));
+        assert_eq!(lessor.remaining(2), None);
+        // Another term: timers start again from the store.
+        lessor.follow_store(&[lease(1, 30, 3)], Some(6));
+        assert_eq!(lessor.remaining(1), Some(3));
+        // Not leading: nothing is timed, nothing renewed.
+        lessor.follow_store(&[lease(1, 30, 3)], None);
+        assert_eq!(lessor.remaining(1), None);
+        assert!(!lessor.renew(&lease(1, 30, 3)));
+    }
+
+    #[tokio::test]
+    async fn a_renewal_restarts_the_whole_ttl_unless_the_lease_is_being_revoked() {
+        let lessor = Lessor::default();
+        lessor.follow_store(&[lease(1, 30, 5), lease(2, 0, 0), lease(3, 0, 0)], Some(1));
+        assert!(lessor.renew(&lease(1, 30, 5)));
+        assert_eq!(lessor.remaining(1), Some(30));
+        // Expired leases are taken oldest first, up to the limit, and then not renewed.
+        let expired = lessor.take_expired(1);
+        assert_eq!(expired.len(), 1);
+        assert!(!lessor.renew(&lease(expired[0], 30, 0)));
+        assert_eq!(lessor.take_expired(10).len(), 1, "the other expired lease");
+        assert!(lessor.take_expired(10).is_empty(), "each is taken once");
+        // A revoke that failed leaves the lease to be timed (and renewed) again.
+        lessor.revoke_failed(expired[0]);
+        assert!(lessor.renew(&lease(expired[0], 30, 0)));
+    }
+
+    #[tokio::test]
+    async fn checkpoints_record_what_each_timed_lease_has_left() {
+        let lessor = Lessor::default();
+        lessor.follow_store(
+            &[lease(1, 30, 12), lease(2, 10, 0), lease(3, 0, 0)],
+            Some(1),
+        );
+        lessor.take_expired(10);
+        let mut checkpoints: Vec<(i64, i64)> = lessor
+            .checkpoints()
+            .iter()
+            .map(|c| (c.id, c.remaining_ttl))
+            .collect();
+        checkpoints.sort();
+        // Lease 3 is being revoked: no checkpoint for it.
+        assert_eq!(checkpoints, [(1, 12), (2, 10)]);
+    }
+}
