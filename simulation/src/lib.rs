@@ -29,9 +29,9 @@
 //!
 //! Modules: [`cluster`] (members as hosts, faults by name), [`client`] (connecting
 //! etcd clients over turmoil), [`net`] (the transport seams), [`node`] (one member's
-//! host software), [`workload`] (client programs, watchers among them), [`history`]
-//! (what clients and watchers saw), [`checker`] (convergence, revision, durability and
-//! watch checks), [`linearizability`]
+//! host software), [`workload`] (client programs, watchers and a lease client among
+//! them), [`history`] (what clients and watchers saw), [`checker`] (convergence,
+//! revision, durability, watch and lease checks), [`linearizability`]
 //! (the KV history against a sequential etcd model), [`faults`] (seeded
 //! fault plans and their injection), [`scenario`] (one seed from start to verdict, as
 //! the CI seed set and the soak run it), [`rng`] (the harness's seeded choices).
