@@ -32,6 +32,7 @@ fn every_planted_bug_is_caught_within_a_bounded_number_of_seeds() {
         PlantedBug::AckBeforeCommit,
         PlantedBug::DoubleApply { member: n2 },
         PlantedBug::WatchDropsEventOnRejoin,
+        PlantedBug::LeaseExpiresEarly,
     ] {
         match first_catching_seed(bug) {
             Some((seed, summary)) => eprintln!("{bug:?}: caught by seed {seed}: {summary}"),
