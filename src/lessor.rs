@@ -11,7 +11,7 @@
 //! every member's store agrees on which leases live. It must never read the wall
 //! clock (tokio's clock, which the simulation controls) nor revoke a lease itself.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ struct Timers {
     /// Timers of another term are never reused: between them another leader may have
     /// renewed leases.
     term: Option<u64>,
-    leases: HashMap<i64, Timer>,
+    leases: BTreeMap<i64, Timer>,
 }
 
 /// The leader's lease timers (see the module docs).
@@ -128,7 +128,7 @@ impl Lessor {
             return;
         }
         let now = Instant::now();
-        let mut followed = HashMap::with_capacity(leases.len());
+        let mut followed = BTreeMap::new();
         for lease in leases {
             let timer = timers.leases.get(&lease.id).copied().unwrap_or_else(|| {
                 let left = if lease.remaining_ttl > 0 {

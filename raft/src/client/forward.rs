@@ -7,7 +7,7 @@
 //! a command sent on it to its waiting writer. It must never resend a command: one that
 //! was handed to a stream that then broke has an unknown fate, and it says so.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -151,7 +151,9 @@ async fn run_stream(
             return;
         }
     };
-    let mut waiting: HashMap<u64, oneshot::Sender<Delivery>> = HashMap::new();
+    // Ordered by id, so that writers hear of a broken stream in the order they sent:
+    // a hash map's random order made a simulation seed replay differently.
+    let mut waiting: BTreeMap<u64, oneshot::Sender<Delivery>> = BTreeMap::new();
     let mut next_id: u64 = 0;
     // The next message, built and waiting for room in the transport.
     let mut batch: Option<pb::ProposeCommandsRequest> = None;
@@ -224,7 +226,7 @@ async fn run_stream(
             let _ = writer.send(Delivery::NotSent);
         }
     }
-    for (_, writer) in waiting.drain() {
+    for (_, writer) in std::mem::take(&mut waiting) {
         let _ = writer.send(Delivery::Lost);
     }
 }

@@ -121,7 +121,14 @@ fn busy_seed() -> u64 {
 )]
 fn a_mixed_fault_seed_twice_gives_the_same_trace_hash() {
     support::init_tracing();
-    let seed = busy_seed();
+    // Seed 40 also: it lost its determinism when a broken forwarding stream woke its
+    // waiting writers in a hash map's random order.
+    for seed in [busy_seed(), 40] {
+        same_trace_hash_twice(seed);
+    }
+}
+
+fn same_trace_hash_twice(seed: u64) {
     let first = Scenario::from_seed(seed).run();
     let second = Scenario::from_seed(seed).run();
     assert!(first.passed(), "{first}");
