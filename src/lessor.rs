@@ -130,17 +130,10 @@ impl Lessor {
         let now = Instant::now();
         let mut followed = BTreeMap::new();
         for lease in leases {
-            let timer = timers.leases.get(&lease.id).copied().unwrap_or_else(|| {
-                let left = if lease.remaining_ttl > 0 {
-                    lease.remaining_ttl
-                } else {
-                    lease.ttl
-                };
-                Timer {
-                    ttl: lease.ttl,
-                    expires: now + secs(left),
-                    revoking: false,
-                }
+            let timer = timers.leases.get(&lease.id).copied().unwrap_or(Timer {
+                ttl: lease.ttl,
+                expires: now + secs(lease.starting_ttl()),
+                revoking: false,
             });
             followed.insert(lease.id, timer);
         }
@@ -225,25 +218,18 @@ pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
     let per_tick = (REVOKES_PER_SECOND as f64 * TICK.as_secs_f64()).ceil() as usize;
     loop {
         ticks.tick().await;
-        let term = node.leader_term();
-        let leading = term.is_some();
-        let leases = if leading {
-            match committed_leases(&node).await {
-                Ok(leases) => leases,
-                Err(status) => {
-                    tracing::info!(%status, "lessor cannot read leases; will retry");
-                    continue;
-                }
-            }
-        } else {
-            Vec::new()
-        };
-        lessor.follow_store(&leases, term);
-        if !leading {
+        let Some(term) = node.leader_term() else {
+            lessor.follow_store(&[], None);
             last_checkpoint = Instant::now();
             continue;
+        };
+        match committed_leases(&node).await {
+            Ok(leases) => lessor.follow_store(&leases, Some(term)),
+            Err(status) => {
+                tracing::info!(%status, "lessor cannot read leases; will retry");
+                continue;
+            }
         }
-        let Some(term) = term else { continue };
         for id in lessor.take_expired(per_tick) {
             let node = node.clone();
             let lessor = lessor.clone();

@@ -189,6 +189,14 @@ impl Node {
         }
     }
 
+    /// A full response header at `revision`.
+    pub fn header_at(&self, revision: i64) -> ResponseHeader {
+        self.header_from(Some(ResponseHeader {
+            revision,
+            ..Default::default()
+        }))
+    }
+
     /// Replicates one write through raft and returns what applying it produced.
     pub async fn propose(&self, request: CommandRequest) -> Result<Option<Outcome>, Status> {
         let command = Command {

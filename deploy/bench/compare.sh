@@ -24,27 +24,14 @@ mkdir -p "$OUT"
 pids=()
 cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT INT TERM
-ENDPOINTS=127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379
+# shellcheck source=deploy/bench/members.sh
+. deploy/bench/members.sh
 
 start_cluster() { # $1 = system name, $2 = binary
-  local name=$1 bin=$2 cluster="" i
   pids=()
-  for i in 1 2 3; do cluster+="m$i=http://127.0.0.1:${i}2380,"; done
-  cluster=${cluster%,}
-  rm -rf "$WORK/$name"
-  for i in 1 2 3; do
-    "$bin" --name "m$i" --data-dir "$WORK/$name/m$i" \
-      --listen-client-urls "http://127.0.0.1:${i}2379" --advertise-client-urls "http://127.0.0.1:${i}2379" \
-      --listen-peer-urls "http://127.0.0.1:${i}2380" --initial-advertise-peer-urls "http://127.0.0.1:${i}2380" \
-      --initial-cluster "$cluster" --initial-cluster-token bench --initial-cluster-state new \
-      --quota-backend-bytes 8589934592 >"$WORK/$name-m$i.log" 2>&1 &
-    pids+=($!)
-  done
-  for _ in $(seq 150); do
-    "$QK" bench put --endpoints "$ENDPOINTS" --total 1 --clients 1 --output json >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "$name did not start; logs in $WORK" >&2; trap - EXIT; return 1
+  rm -rf "$WORK/$1"
+  start_members "$2" "$WORK/$1" bench --quota-backend-bytes 8589934592 && return 0
+  echo "$1 did not start; logs in $WORK/$1" >&2; trap - EXIT; return 1
 }
 
 stop_cluster() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=(); }
@@ -116,7 +103,7 @@ for system in $SYSTEMS; do
   RUNS= bench "$system" load put --total "$RSS_KEYS" --clients 100 --conns 10 --key-size 8 --val-size 256 \
     --key-space-size "$RSS_KEYS" --sequential-keys
   peak_rss_kib >"$OUT/$system-rss-kib.txt"
-  du -sk "$WORK/$system" | awk '{print $1}' >"$OUT/$system-disk-kib.txt"
+  du -sk --exclude='*.log' "$WORK/$system" | awk '{print $1}' >"$OUT/$system-disk-kib.txt"
   stop_cluster
 done
 

@@ -15,21 +15,9 @@ WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-burst.XXXXXX")
 pids=()
 cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT INT TERM
-ENDPOINTS=127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379
-cluster=""
-for i in 1 2 3; do cluster+="m$i=http://127.0.0.1:${i}2380,"; done
-for i in 1 2 3; do
-  "$QK" --name "m$i" --data-dir "$WORK/m$i" \
-    --listen-client-urls "http://127.0.0.1:${i}2379" --advertise-client-urls "http://127.0.0.1:${i}2379" \
-    --listen-peer-urls "http://127.0.0.1:${i}2380" --initial-advertise-peer-urls "http://127.0.0.1:${i}2380" \
-    --initial-cluster "${cluster%,}" --initial-cluster-token burst --initial-cluster-state new \
-    >"$WORK/m$i.log" 2>&1 &
-  pids+=($!)
-done
-for _ in $(seq 150); do
-  "$QK" bench put --endpoints "$ENDPOINTS" --total 1 --clients 1 --output json >/dev/null 2>&1 && break
-  sleep 0.2
-done
+# shellcheck source=deploy/bench/members.sh
+. deploy/bench/members.sh
+start_members "$QK" "$WORK" burst || { echo "the cluster did not start" >&2; exit 1; }
 puts() { # prints throughput, p50 and p99 of put x10 for 10 s
   "$QK" bench put --endpoints "$ENDPOINTS" --duration 10s --clients 10 --conns 10 --key-size 8 \
     --val-size 256 --key-space-size 10000 --output json 2>/dev/null |

@@ -19,25 +19,15 @@ QK=${QK:-${CARGO_TARGET_DIR:-/var/tmp/quantykube-target}/release/quantykube}
 DURATION=${DURATION:-20s}
 WORKLOAD=${WORKLOAD:-put}
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-one-run.XXXXXX")
-ENDPOINTS=127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379
+# shellcheck source=deploy/bench/members.sh
+. "$(dirname "$0")/members.sh"
 pids=()
 cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; if [ -n "${KEEP:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
 trap cleanup EXIT INT TERM
 
-cluster="m1=http://127.0.0.1:12380,m2=http://127.0.0.1:22380,m3=http://127.0.0.1:32380"
-for i in 1 2 3; do
-  # shellcheck disable=SC2086 # QKFLAGS is a list of flags
-  "${SERVER:-$QK}" --name "m$i" --data-dir "$WORK/m$i" \
-    --listen-client-urls "http://127.0.0.1:${i}2379" --advertise-client-urls "http://127.0.0.1:${i}2379" \
-    --listen-peer-urls "http://127.0.0.1:${i}2380" --initial-advertise-peer-urls "http://127.0.0.1:${i}2380" \
-    --initial-cluster "$cluster" --initial-cluster-state new --quota-backend-bytes 8589934592 \
-    ${QKFLAGS:-} >"$WORK/m$i.log" 2>&1 &
-  pids+=($!)
-done
-for _ in $(seq 150); do
-  "$QK" bench put --endpoints "$ENDPOINTS" --total 1 --clients 1 --output json >/dev/null 2>&1 && break
-  sleep 0.2
-done
+# shellcheck disable=SC2086 # QKFLAGS is a list of flags
+start_members "${SERVER:-$QK}" "$WORK" one-run --quota-backend-bytes 8589934592 ${QKFLAGS:-} ||
+  { echo "the cluster did not start; logs in $WORK" >&2; exit 1; }
 
 # shellcheck disable=SC2206 # BENCHFLAGS is a list of flags
 common=(--key-size 8 --val-size 256 --clients 100 --conns 10 --endpoints "$ENDPOINTS" --output json ${BENCHFLAGS:-})

@@ -22,7 +22,7 @@ use crate::proto::etcdserverpb::{
     LeaseCheckpoint, LeaseCheckpointRequest, LeaseGrantRequest, LeaseGrantResponse,
     LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse,
     LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus, LeaseTimeToLiveRequest,
-    LeaseTimeToLiveResponse, ResponseHeader,
+    LeaseTimeToLiveResponse,
 };
 
 /// etcd's largest TTL, in seconds.
@@ -68,13 +68,6 @@ impl LeaseService {
         let counter = self.next_id.fetch_add(1, Ordering::Relaxed) & ((1 << 47) - 1);
         let member = (self.node.id() & 0xFFFF) as i64;
         ((member << 47) | counter).max(1)
-    }
-
-    fn header(&self, revision: i64) -> Option<ResponseHeader> {
-        Some(self.node.header_from(Some(ResponseHeader {
-            revision,
-            ..Default::default()
-        })))
     }
 
     fn current_revision(&self) -> Result<i64, Status> {
@@ -263,7 +256,7 @@ impl Lease for LeaseService {
         let revision = self.current_revision()?;
         let Some(lease) = store.lease(request.id).map_err(status::from_store)? else {
             return Ok(Response::new(LeaseTimeToLiveResponse {
-                header: self.header(revision),
+                header: Some(self.node.header_at(revision)),
                 id: request.id,
                 ttl: -1,
                 ..Default::default()
@@ -275,17 +268,13 @@ impl Lease for LeaseService {
             Vec::new()
         };
         // Not timed yet (granted since the lessor last looked): what the store says.
-        let remaining =
-            self.node
-                .lessor()
-                .remaining(lease.id)
-                .unwrap_or(if lease.remaining_ttl > 0 {
-                    lease.remaining_ttl
-                } else {
-                    lease.ttl
-                });
+        let remaining = self
+            .node
+            .lessor()
+            .remaining(lease.id)
+            .unwrap_or(lease.starting_ttl());
         Ok(Response::new(LeaseTimeToLiveResponse {
-            header: self.header(revision),
+            header: Some(self.node.header_at(revision)),
             id: lease.id,
             ttl: remaining,
             granted_ttl: lease.ttl,
@@ -307,7 +296,7 @@ impl Lease for LeaseService {
             .map(|lease| LeaseStatus { id: lease.id })
             .collect();
         Ok(Response::new(LeaseLeasesResponse {
-            header: self.header(revision),
+            header: Some(self.node.header_at(revision)),
             leases,
         }))
     }

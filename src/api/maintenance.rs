@@ -31,10 +31,7 @@ impl MaintenanceService {
             .store()
             .current_revision()
             .map_err(status::from_store)?;
-        Ok(self.node.header_from(Some(ResponseHeader {
-            revision,
-            ..Default::default()
-        })))
+        Ok(self.node.header_at(revision))
     }
 }
 

@@ -41,8 +41,8 @@ pub fn lease_record_key(id: i64) -> [u8; 1 + LEASE_ID_LEN] {
 }
 
 /// Where every lease record lives: the bounds of a scan over all of them.
-pub fn lease_records_bounds() -> ([u8; 1], [u8; 1]) {
-    ([LEASE_RECORD], [LEASE_RECORD + 1])
+pub fn lease_records_bounds() -> (Vec<u8>, Vec<u8>) {
+    (vec![LEASE_RECORD], vec![LEASE_RECORD + 1])
 }
 
 /// The id in a lease record's key.
@@ -79,9 +79,27 @@ pub fn lease_attachment_key(id: i64, user_key: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The prefix every attachment of lease `id` starts with.
-pub fn lease_attachments_prefix(id: i64) -> [u8; 1 + LEASE_ID_LEN] {
-    lease_prefixed(LEASE_ATTACHMENT, id)
+/// The bounds of a scan over every attachment of lease `id`: its prefix, up to the
+/// next prefix.
+pub fn lease_attachments_bounds(id: i64) -> (Vec<u8>, Vec<u8>) {
+    let start = lease_prefixed(LEASE_ATTACHMENT, id).to_vec();
+    let mut end = start.clone();
+    // The tag byte is never 0xFF, so some byte is left to increment.
+    while end.last() == Some(&0xFF) {
+        end.pop();
+    }
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    (start, end)
+}
+
+/// The user key an attachment key attaches.
+pub fn attached_key(raw: &[u8]) -> Result<&[u8], StoreError> {
+    match raw {
+        [LEASE_ATTACHMENT, rest @ ..] if rest.len() >= LEASE_ID_LEN => Ok(&rest[LEASE_ID_LEN..]),
+        _ => Err(StoreError::corrupt("bad lease attachment key")),
+    }
 }
 
 fn lease_prefixed(tag: u8, id: i64) -> [u8; 1 + LEASE_ID_LEN] {

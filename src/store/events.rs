@@ -14,8 +14,9 @@ use super::{RevisionStore, StoreError, CF_HISTORY};
 use crate::proto::mvccpb::event::EventType;
 use crate::proto::mvccpb::{Event, KeyValue};
 
-/// Whether a reader of history wants a key's events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Whether a reader of history wants a key's events; ordered from wanting the least to
+/// wanting the most, so that several readers' interests combine by `max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Interest {
     Ignore,
     Events,

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch};
 
 use super::encoding::{
-    lease_attachment_key, lease_attachments_prefix, lease_record_id, lease_record_key,
-    lease_record_value, lease_records_bounds, split_lease_record_value,
+    attached_key, lease_attachment_key, lease_attachments_bounds, lease_record_id,
+    lease_record_key, lease_record_value, lease_records_bounds, split_lease_record_value,
 };
 use super::{RevisionStore, StoreError, CF_LEASE};
 
@@ -24,6 +24,18 @@ pub struct LeaseRecord {
     pub ttl: i64,
     /// The remaining TTL the leader last checkpointed, in seconds; 0 if none yet.
     pub remaining_ttl: i64,
+}
+
+impl LeaseRecord {
+    /// The seconds a leader that starts timing this lease gives it: the last
+    /// checkpointed remaining TTL, or the whole TTL if none was recorded.
+    pub fn starting_ttl(&self) -> i64 {
+        if self.remaining_ttl > 0 {
+            self.remaining_ttl
+        } else {
+            self.ttl
+        }
+    }
 }
 
 impl RevisionStore {
@@ -50,52 +62,47 @@ impl RevisionStore {
 
     /// Every live lease, by id.
     pub fn leases(&self) -> Result<Vec<LeaseRecord>, StoreError> {
-        let (start, end) = lease_records_bounds();
-        let mut opts = ReadOptions::default();
-        opts.set_iterate_upper_bound(end.to_vec());
-        let it = self.db.iterator_cf_opt(
-            self.cf(CF_LEASE)?,
-            opts,
-            IteratorMode::From(&start, Direction::Forward),
-        );
         let mut leases = Vec::new();
-        for item in it {
-            let (key, value) = item?;
-            let (ttl, remaining_ttl) = split_lease_record_value(&value)?;
+        self.for_each_lease_entry(lease_records_bounds(), |key, value| {
+            let (ttl, remaining_ttl) = split_lease_record_value(value)?;
             leases.push(LeaseRecord {
-                id: lease_record_id(&key)?,
+                id: lease_record_id(key)?,
                 ttl,
                 remaining_ttl,
             });
-        }
+            Ok(())
+        })?;
         Ok(leases)
     }
 
     /// The keys attached to lease `id`, in key order.
     pub fn lease_keys(&self, id: i64) -> Result<Vec<Bytes>, StoreError> {
-        let prefix = lease_attachments_prefix(id);
-        let mut end = prefix.to_vec();
-        // The prefix ends in the id's last byte; the next prefix bounds the scan.
-        match end.iter().rposition(|b| *b != 0xFF) {
-            Some(i) => {
-                end[i] += 1;
-                end.truncate(i + 1);
-            }
-            None => end.push(0xFF),
-        }
+        let mut keys = Vec::new();
+        self.for_each_lease_entry(lease_attachments_bounds(id), |key, _| {
+            keys.push(Bytes::copy_from_slice(attached_key(key)?));
+            Ok(())
+        })?;
+        Ok(keys)
+    }
+
+    /// Calls `visit` with every entry of the lease family from `start` up to `end`.
+    fn for_each_lease_entry(
+        &self,
+        (start, end): (Vec<u8>, Vec<u8>),
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         let mut opts = ReadOptions::default();
         opts.set_iterate_upper_bound(end);
-        let it = self.db.iterator_cf_opt(
+        let entries = self.db.iterator_cf_opt(
             self.cf(CF_LEASE)?,
             opts,
-            IteratorMode::From(&prefix, Direction::Forward),
+            IteratorMode::From(&start, Direction::Forward),
         );
-        let mut keys = Vec::new();
-        for item in it {
-            let (key, _) = item?;
-            keys.push(Bytes::copy_from_slice(&key[prefix.len()..]));
+        for entry in entries {
+            let (key, value) = entry?;
+            visit(&key, &value)?;
         }
-        Ok(keys)
+        Ok(())
     }
 
     /// Stages lease `id`'s record.

@@ -377,7 +377,6 @@ impl<'s> ApplyBatch<'s> {
         let staged_before = self.staged.batch.len();
         let store = self.store;
         let mut compact_to = None;
-        let mut lease_changed = false;
         let reader = Reader::live(store, self.written);
         let mut txn = WriteTxn::new(store, reader, &mut self.staged);
         let applied = match &command.request {
@@ -394,16 +393,13 @@ impl<'s> ApplyBatch<'s> {
                 CommandResultKind::Compaction(response)
             }),
             Some(CommandRequest::LeaseGrant(grant)) => {
-                lease_changed = true;
                 grant_lease(store, &mut txn.staged.batch, grant, txn.revisions.current)
                     .map(CommandResultKind::LeaseGrant)
             }
             Some(CommandRequest::LeaseRevoke(revoke)) => {
-                lease_changed = true;
                 txn.revoke(revoke).map(CommandResultKind::LeaseRevoke)
             }
             Some(CommandRequest::LeaseExpiry(expiry)) => {
-                lease_changed = true;
                 let revoke = LeaseRevokeRequest { id: expiry.id };
                 if expiry.leader_term != log_id.leader_id.term {
                     // Decided by a leader of another term: not this log's decision.
@@ -415,7 +411,6 @@ impl<'s> ApplyBatch<'s> {
                 }
             }
             Some(CommandRequest::LeaseCheckpoint(checkpoints)) => {
-                lease_changed = true;
                 checkpoint_leases(store, &mut txn.staged.batch, checkpoints)
                     .map(CommandResultKind::LeaseCheckpoint)
             }
@@ -448,7 +443,7 @@ impl<'s> ApplyBatch<'s> {
             }
         };
         self.last_log_id = Some(*log_id);
-        if lease_changed {
+        if changes_leases(command) {
             // Later commands of the batch read lease records from the store.
             self.flush()?;
         }
@@ -462,16 +457,13 @@ impl<'s> ApplyBatch<'s> {
 
     /// True when `command` must see the store written: its reads are ones the overlay
     /// cannot serve, or it may fail after staging changes (which must then be dropped
-    /// alone). A compaction always starts and ends on a written store.
+    /// alone). A compaction, and a command that changes leases, always starts and ends
+    /// on a written store.
     fn needs_fresh_start(&self, command: &Command) -> bool {
         match &command.request {
             Some(CommandRequest::Txn(t)) => txn_needs_fresh_start(t, &self.staged.overlay),
-            Some(CommandRequest::Compaction(_))
-            | Some(CommandRequest::LeaseGrant(_))
-            | Some(CommandRequest::LeaseRevoke(_))
-            | Some(CommandRequest::LeaseExpiry(_))
-            | Some(CommandRequest::LeaseCheckpoint(_)) => true,
-            _ => false,
+            Some(CommandRequest::Compaction(_)) => true,
+            _ => changes_leases(command),
         }
     }
 
@@ -512,6 +504,20 @@ impl<'s> ApplyBatch<'s> {
         self.written = revisions;
         Ok(())
     }
+}
+
+/// True for the commands that change lease records, which puts and later lease
+/// commands read from the written store.
+fn changes_leases(command: &Command) -> bool {
+    matches!(
+        command.request,
+        Some(
+            CommandRequest::LeaseGrant(_)
+                | CommandRequest::LeaseRevoke(_)
+                | CommandRequest::LeaseExpiry(_)
+                | CommandRequest::LeaseCheckpoint(_)
+        )
+    )
 }
 
 /// Grants a lease with the id and TTL the leader chose: no revision, as etcd.

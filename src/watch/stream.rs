@@ -64,10 +64,7 @@ struct Outbox {
 
 impl Outbox {
     fn header(&self, revision: i64) -> Option<ResponseHeader> {
-        Some(self.node.header_from(Some(ResponseHeader {
-            revision,
-            ..Default::default()
-        })))
+        Some(self.node.header_at(revision))
     }
 
     async fn send(&self, response: WatchResponse) -> Result<(), Stop> {
@@ -363,11 +360,7 @@ impl WatchStream {
                     behind
                         .iter()
                         .map(|w| w.interest(key))
-                        .max_by_key(|interest| match interest {
-                            Interest::Ignore => 0,
-                            Interest::Events => 1,
-                            Interest::EventsWithPrevious => 2,
-                        })
+                        .max()
                         .unwrap_or(Interest::Ignore)
                 };
                 store.events(through + 1, to, &interest, PAGE_BYTES)

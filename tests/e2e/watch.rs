@@ -563,6 +563,18 @@ async fn events_through(stream: &mut WatchStream, revision: i64) -> (Vec<Ev>, bo
     }
 }
 
+/// prev_kv: each event's previous version is its key's event before it in `events`
+/// (a key's first event here is not checked: its previous version came earlier).
+fn assert_prev_kv_is_the_event_before(events: &[Ev]) {
+    let mut newest: BTreeMap<&str, (String, i64)> = BTreeMap::new();
+    for e in events {
+        if let Some(before) = newest.get(e.key.as_str()) {
+            assert_eq!(e.prev.as_ref(), Some(before), "prev_kv of {e:?}");
+        }
+        newest.insert(&e.key, (e.value.clone(), e.revision));
+    }
+}
+
 /// Ordered, unique, and holding every acknowledged put.
 fn assert_complete(events: &[Ev], acknowledged: &[(i64, String, String)], who: &str) {
     for pair in events.windows(2) {
@@ -650,14 +662,7 @@ async fn every_member_sees_the_same_events_across_a_leader_kill_and_a_resume_els
         everything[..killed_prefix.len()],
         "the killed member sent events the others did not"
     );
-    // prev_kv: each event's previous version is the key's event before it.
-    let mut newest: BTreeMap<&str, (String, i64)> = BTreeMap::new();
-    for e in everything {
-        if let Some(before) = newest.get(e.key.as_str()) {
-            assert_eq!(e.prev.as_ref(), Some(before), "prev_kv of {e:?}");
-        }
-        newest.insert(&e.key, (e.value.clone(), e.revision));
-    }
+    assert_prev_kv_is_the_event_before(everything);
 
     // Resume on another member from the last revision the killed one delivered.
     let resume_from = killed_prefix.last().map_or(start + 1, |e| e.revision + 1);
@@ -784,14 +789,7 @@ async fn a_slow_reader_keeps_the_node_bounded_and_loses_nothing() {
     assert!(alive);
     let revisions: Vec<i64> = events.iter().map(|e| e.revision).collect();
     assert_eq!(revisions, (start + 1..=last).collect::<Vec<_>>());
-    // prev_kv: each event's previous version is the key's event before it.
-    let mut newest: BTreeMap<&str, (String, i64)> = BTreeMap::new();
-    for e in &events {
-        if let Some(before) = newest.get(e.key.as_str()) {
-            assert_eq!(e.prev.as_ref(), Some(before), "prev_kv of {e:?}");
-        }
-        newest.insert(&e.key, (e.value.clone(), e.revision));
-    }
+    assert_prev_kv_is_the_event_before(&events);
 }
 
 #[tokio::test]
