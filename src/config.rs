@@ -85,6 +85,10 @@ pub struct Config {
     pub lease_checkpoint_interval: Duration,
     /// The etcd version string `Maintenance.Status` reports.
     pub etcd_version: String,
+    /// `--strict-reconfig-check`: refuse membership changes that could cost the quorum.
+    pub strict_reconfig_check: bool,
+    /// `--max-learners`: how many learners the cluster may have at once.
+    pub max_learners: usize,
 }
 
 /// One `name=url` group of `--initial-cluster`; a name given several times has several URLs.
@@ -454,6 +458,13 @@ fn resolve(
         Some(s) => return Err(s.invalid("expected a version like 3.6.5")),
     };
 
+    let strict_reconfig_check = match get("strict-reconfig-check") {
+        None => true,
+        Some(s) => parse_go_bool(&s.value).ok_or_else(|| s.invalid(SYNTAX_ERROR))?,
+    };
+    let max_learners = uint_setting(get("max-learners"), 1)?;
+    let max_learners = to_usize(get("max-learners"), max_learners)?;
+
     Ok(Config {
         name,
         data_dir,
@@ -474,6 +485,8 @@ fn resolve(
         watch_progress_notify_interval,
         lease_checkpoint_interval,
         etcd_version,
+        strict_reconfig_check,
+        max_learners,
     })
 }
 
@@ -1030,6 +1043,8 @@ static FLAGS: &[EtcdFlag] = &[
     flag("watch-progress-notify-interval", Text, Implemented),
     flag("experimental-lease-checkpoint-interval", Text, Implemented),
     flag("etcd-version", Text, Implemented),
+    flag("strict-reconfig-check", Bool, Implemented),
+    flag("max-learners", Int, Implemented),
     flag("version", Bool, Implemented),
     // Member tuning.
     flag("max-snapshots", Uint, PERF),
@@ -1117,9 +1132,7 @@ static FLAGS: &[EtcdFlag] = &[
     // Probes point at it (kubeadm's liveness probe), so ignoring it would hide a failure.
     flag("listen-metrics-urls", Text, REFUSED),
     flag("enable-grpc-gateway", Bool, only("false")),
-    flag("strict-reconfig-check", Bool, only("true")),
     flag("pre-vote", Bool, only("true")),
-    flag("max-learners", Int, only("1")),
     flag("force-new-cluster", Bool, only("false")),
     flag("auto-compaction-retention", Text, only("0")),
     flag(
@@ -1531,11 +1544,17 @@ struct Cli {
     /// The etcd version Maintenance.Status reports (QuantyKube only) [default: 3.6.5]
     #[arg(long, value_name = "VERSION")]
     etcd_version: Option<String>,
+    /// Reject reconfiguration requests that would cause quorum loss [default: true]
+    #[arg(long, value_name = "BOOL")]
+    strict_reconfig_check: Option<String>,
+    /// Maximum number of learners in the cluster at once [default: 1]
+    #[arg(long, value_name = "N")]
+    max_learners: Option<String>,
 }
 
 impl Cli {
     /// The given values, by etcd flag name.
-    fn into_values(self) -> [(&'static str, Option<String>); 20] {
+    fn into_values(self) -> [(&'static str, Option<String>); 22] {
         [
             ("name", self.name),
             ("data-dir", self.data_dir),
@@ -1569,6 +1588,8 @@ impl Cli {
                 self.experimental_lease_checkpoint_interval,
             ),
             ("etcd-version", self.etcd_version),
+            ("strict-reconfig-check", self.strict_reconfig_check),
+            ("max-learners", self.max_learners),
         ]
     }
 }
