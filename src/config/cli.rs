@@ -1,0 +1,237 @@
+//! The clap command that declares the implemented flags, and the `--help` and
+//! `--version` text.
+//!
+//! clap sees only what [`scan`](super::scan::scan) forwards: the implemented flags as
+//! `--name=value`, and whatever is not an etcd flag, for clap to name in its error.
+//! Values stay strings here; [`into_values`](Cli::into_values) hands them over by etcd
+//! flag name. This module must never read the environment (the help only names the
+//! `ETCD_*` variables), validate a value, print or exit.
+
+use clap::{Arg, ArgAction, CommandFactory, Parser};
+
+use super::flags::{env_key, Treatment, FLAGS};
+use super::ETCD_API_VERSION;
+
+/// The implemented flags. Values stay strings here: they are parsed once the
+/// environment is merged in, so that errors name where a value came from.
+#[derive(Parser, Debug)]
+#[command(
+    name = "quantykube",
+    about = "An etcd v3 compatible store: etcd's gRPC API on Raft (openraft) and RocksDB.",
+    disable_version_flag = true,
+    disable_help_flag = true,
+    args_override_self = true
+)]
+pub(super) struct Cli {
+    /// Human-readable name for this member [default: default]
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// Path to the data directory [default: ${name}.quantykube]
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<String>,
+    /// List of URLs to listen on for client gRPC traffic (http only) [default: http://localhost:2379]
+    #[arg(long, value_name = "URLS")]
+    listen_client_urls: Option<String>,
+    /// List of this member's client URLs to advertise to the public; required when
+    /// --listen-client-urls is set [default: http://localhost:2379]
+    #[arg(long, value_name = "URLS")]
+    advertise_client_urls: Option<String>,
+    /// List of URLs to listen on for peer traffic (http only) [default: http://localhost:2380]
+    #[arg(long, value_name = "URLS")]
+    listen_peer_urls: Option<String>,
+    /// List of this member's peer URLs to advertise to the rest of the cluster
+    /// [default: http://localhost:2380]
+    #[arg(long, value_name = "URLS")]
+    initial_advertise_peer_urls: Option<String>,
+    /// Initial cluster configuration for bootstrapping, name=url,... [default:
+    /// ${name}=${initial-advertise-peer-urls}]
+    #[arg(long, value_name = "NAME=URL,...")]
+    initial_cluster: Option<String>,
+    /// 'new' when bootstrapping a new cluster, 'existing' when joining one [default: new]
+    #[arg(long, value_name = "new|existing")]
+    initial_cluster_state: Option<String>,
+    /// Initial cluster token for the cluster during bootstrap [default: etcd-cluster]
+    #[arg(long, value_name = "TOKEN")]
+    initial_cluster_token: Option<String>,
+    /// Time (in milliseconds) of a heartbeat interval [default: 100]
+    #[arg(long, value_name = "MS")]
+    heartbeat_interval: Option<String>,
+    /// Time (in milliseconds) for an election to timeout; at least 5 heartbeats [default: 1000]
+    #[arg(long, value_name = "MS")]
+    election_timeout: Option<String>,
+    /// Number of committed transactions to trigger a snapshot [default: 10000]
+    #[arg(long, value_name = "N")]
+    snapshot_count: Option<String>,
+    /// Raise alarms when the backend size exceeds this many bytes; 0 means 2 GiB,
+    /// negative means no quota [default: 0]
+    #[arg(long, value_name = "BYTES")]
+    quota_backend_bytes: Option<String>,
+    /// Maximum client request size in bytes the server will accept [default: 1572864]
+    #[arg(long, value_name = "BYTES")]
+    max_request_bytes: Option<String>,
+    /// Maximum number of operations permitted in a transaction [default: 128]
+    #[arg(long, value_name = "N")]
+    max_txn_ops: Option<String>,
+    /// Log level: debug, info, warn, error, panic or fatal [default: info]
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+    /// Duration of periodic watch progress notifications, e.g. 10m, 5s, 500ms [default: 10m]
+    #[arg(long, value_name = "DURATION")]
+    watch_progress_notify_interval: Option<String>,
+    /// Deprecated (etcd 3.6) name of --watch-progress-notify-interval
+    #[arg(long, value_name = "DURATION")]
+    experimental_watch_progress_notify_interval: Option<String>,
+    /// How often the leader checkpoints every lease's remaining TTL [default: 5m]
+    #[arg(long, value_name = "DURATION")]
+    experimental_lease_checkpoint_interval: Option<String>,
+    /// The etcd version Maintenance.Status reports (QuantyKube only) [default: 3.6.5]
+    #[arg(long, value_name = "VERSION")]
+    etcd_version: Option<String>,
+    /// Reject reconfiguration requests that would cause quorum loss [default: true]
+    #[arg(long, value_name = "BOOL")]
+    strict_reconfig_check: Option<String>,
+    /// Maximum number of learners in the cluster at once [default: 1]
+    #[arg(long, value_name = "N")]
+    max_learners: Option<String>,
+}
+
+impl Cli {
+    /// The given values, by etcd flag name.
+    pub(super) fn into_values(self) -> [(&'static str, Option<String>); 22] {
+        [
+            ("name", self.name),
+            ("data-dir", self.data_dir),
+            ("listen-client-urls", self.listen_client_urls),
+            ("advertise-client-urls", self.advertise_client_urls),
+            ("listen-peer-urls", self.listen_peer_urls),
+            (
+                "initial-advertise-peer-urls",
+                self.initial_advertise_peer_urls,
+            ),
+            ("initial-cluster", self.initial_cluster),
+            ("initial-cluster-state", self.initial_cluster_state),
+            ("initial-cluster-token", self.initial_cluster_token),
+            ("heartbeat-interval", self.heartbeat_interval),
+            ("election-timeout", self.election_timeout),
+            ("snapshot-count", self.snapshot_count),
+            ("quota-backend-bytes", self.quota_backend_bytes),
+            ("max-request-bytes", self.max_request_bytes),
+            ("max-txn-ops", self.max_txn_ops),
+            ("log-level", self.log_level),
+            (
+                "watch-progress-notify-interval",
+                self.watch_progress_notify_interval,
+            ),
+            (
+                "experimental-watch-progress-notify-interval",
+                self.experimental_watch_progress_notify_interval,
+            ),
+            (
+                "experimental-lease-checkpoint-interval",
+                self.experimental_lease_checkpoint_interval,
+            ),
+            ("etcd-version", self.etcd_version),
+            ("strict-reconfig-check", self.strict_reconfig_check),
+            ("max-learners", self.max_learners),
+        ]
+    }
+}
+
+/// The clap command: the implemented flags, each with its `ETCD_*` variable, and
+/// `-h`/`--help` and `--version` so that the help lists them.
+pub(super) fn command() -> clap::Command {
+    // -h/--help and --version never reach clap (`scan` handles them); they are
+    // declared so that the help lists them.
+    Cli::command()
+        .arg(
+            Arg::new("help")
+                .short('h')
+                .long("help")
+                .action(ArgAction::Help)
+                .help("Print this help"),
+        )
+        .arg(
+            Arg::new("version")
+                .long("version")
+                .action(ArgAction::SetTrue)
+                .help("Print QuantyKube's version and the etcd API version it implements"),
+        )
+        .mut_args(|arg| {
+            let key = match arg.get_long() {
+                Some("help" | "version") | None => return arg,
+                Some(long) => env_key(long),
+            };
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            arg.help(format!("{help} [env: {key}]"))
+        })
+        .after_long_help(after_help())
+}
+
+/// `--help`'s text.
+pub(super) fn help_text() -> String {
+    command().render_long_help().to_string()
+}
+
+/// The help's epilogue: the syntax, and the etcd flags that are ignored or refused.
+fn after_help() -> String {
+    let mut tuning: Vec<&str> = Vec::new();
+    let mut refused: Vec<String> = Vec::new();
+    for f in FLAGS {
+        match f.treatment {
+            Treatment::Tuning(_) => tuning.push(f.name),
+            Treatment::Unimplemented(Some(v)) if !v.is_empty() => {
+                refused.push(format!("{} (only {v})", f.name))
+            }
+            Treatment::Unimplemented(_) => refused.push(f.name.to_string()),
+            Treatment::Implemented | Treatment::Obsolete(_) => {}
+        }
+    }
+    tuning.sort_unstable();
+    refused.sort_unstable();
+    format!(
+        "Flags follow Go's syntax, as etcd's do: -name x, -name=x, --name x and --name=x all\n\
+         work. Every flag can also be set through ETCD_ and its name in upper case with '-'\n\
+         as '_' (e.g. ETCD_INITIAL_CLUSTER); the command-line flag wins.\n\n\
+         etcd flags accepted but ignored, with a warning, because they only tune etcd's\n\
+         internals:\n{}\n\n\
+         etcd flags QuantyKube does not implement yet (refused, unless set to the value\n\
+         shown, which is what QuantyKube does anyway):\n{}\n\n\
+         `quantykube bench <workload> [flags]` is the load generator instead of a server\n\
+         (put, range, txn-cas, mixed, watch, lease-keepalive against any etcd endpoint);\n\
+         see `quantykube bench --help`.",
+        wrap(&tuning),
+        wrap(&refused)
+    )
+}
+
+/// `--a, --b, ...` in indented lines of at most ~90 columns.
+fn wrap<S: AsRef<str>>(names: &[S]) -> String {
+    let mut out = String::new();
+    let mut line = String::from(" ");
+    for (i, name) in names.iter().enumerate() {
+        let item = format!(
+            " --{}{}",
+            name.as_ref(),
+            if i + 1 < names.len() { "," } else { "" }
+        );
+        if line.len() + item.len() > 90 && line.len() > 1 {
+            out.push_str(&line);
+            out.push('\n');
+            line = String::from(" ");
+        }
+        line.push_str(&item);
+    }
+    out.push_str(&line);
+    out
+}
+
+/// `--version`'s text: QuantyKube's version and the etcd versions it reports.
+pub(super) fn version_text(etcd_version: &str) -> String {
+    format!(
+        "QuantyKube Version: {}\netcd Version: {etcd_version}\netcd API Version: {ETCD_API_VERSION}\n\
+         OS/Arch: {}/{}\n",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}

@@ -1,0 +1,396 @@
+//! The etcd 3.6 flag table (server/embed/config.go `AddFlags` and
+//! server/etcdmain/config.go): every flag etcd accepts, how Go's flag package reads its
+//! value ([`Kind`]), and what QuantyKube does with it ([`Treatment`]); the flags etcd
+//! refuses together with their old names; and the warning or refusal for every flag
+//! QuantyKube does not implement.
+//!
+//! This module owns which flags exist and their treatment. It never reads a value into
+//! [`Config`](super::Config) (`resolve` does) nor scans arguments, and it must never
+//! read the environment, log or exit: warnings go to the caller's list.
+
+use super::scan::{Origin, Setting};
+use super::values::{parse_go_bool, parse_go_duration, parse_go_int, parse_go_uint, SYNTAX_ERROR};
+use super::ConfigError;
+
+/// How a flag takes its value, as Go's flag package sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// `-flag` means true; a value only as `-flag=value`.
+    Bool,
+    Uint,
+    Int,
+    Duration,
+    Text,
+}
+
+/// What QuantyKube does with an etcd flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Treatment {
+    /// Read into [`Config`](super::Config); also declared on the clap command.
+    Implemented,
+    /// Only tunes etcd's performance, resources or observability: accepted, ignored,
+    /// and warned about; the text says why ignoring it is harmless.
+    Tuning(&'static str),
+    /// etcd itself accepts and ignores it; the text is etcd's warning.
+    Obsolete(&'static str),
+    /// Changes behaviour QuantyKube lacks: refused, unless set to the value that
+    /// describes what QuantyKube does anyway (usually etcd's default).
+    Unimplemented(Option<&'static str>),
+}
+
+/// One row of the table.
+pub(super) struct EtcdFlag {
+    pub(super) name: &'static str,
+    pub(super) kind: Kind,
+    pub(super) treatment: Treatment,
+}
+
+const fn flag(name: &'static str, kind: Kind, treatment: Treatment) -> EtcdFlag {
+    EtcdFlag {
+        name,
+        kind,
+        treatment,
+    }
+}
+
+const PERF: Treatment = Treatment::Tuning("it only tunes etcd's performance or resource use");
+const SOCKET: Treatment = Treatment::Tuning("it only sets a socket option on etcd's listeners");
+const OBSERVE: Treatment =
+    Treatment::Tuning("it only configures etcd's logs, metrics, profiling or tracing");
+const CHECKS: Treatment = Treatment::Tuning(
+    "it only configures etcd's data corruption checks, which QuantyKube does not run yet",
+);
+const LEASES: Treatment = Treatment::Tuning("QuantyKube always checkpoints lease TTLs");
+const DEFRAG: Treatment = Treatment::Tuning("QuantyKube never needs defragmentation");
+const FSYNC: Treatment = Treatment::Tuning("QuantyKube always fsyncs");
+const HTTP: Treatment = Treatment::Tuning(
+    "it only affects etcd's HTTP gateway endpoints, which QuantyKube does not serve",
+);
+const GATES: Treatment = Treatment::Tuning(
+    "etcd 3.6's feature gates only toggle corruption checks, lease checkpoints (always on in \
+     QuantyKube) and internal tuning",
+);
+const REFUSED: Treatment = Treatment::Unimplemented(Some(""));
+const fn only(value: &'static str) -> Treatment {
+    Treatment::Unimplemented(Some(value))
+}
+const IGNORED_BY_ETCD: Treatment = Treatment::Obsolete("flag is no longer supported - ignoring");
+
+use Kind::{Bool, Duration as Dur, Int, Text, Uint};
+use Treatment::Implemented;
+
+/// Every flag `etcd` 3.6 accepts (plus our `--etcd-version`), except `-h`/`-help`.
+pub(super) static FLAGS: &[EtcdFlag] = &[
+    // Implemented.
+    flag("name", Text, Implemented),
+    flag("data-dir", Text, Implemented),
+    flag("listen-peer-urls", Text, Implemented),
+    flag("listen-client-urls", Text, Implemented),
+    flag("initial-advertise-peer-urls", Text, Implemented),
+    flag("advertise-client-urls", Text, Implemented),
+    flag("initial-cluster", Text, Implemented),
+    flag("initial-cluster-state", Text, Implemented),
+    flag("initial-cluster-token", Text, Implemented),
+    flag("heartbeat-interval", Text, Implemented),
+    flag("election-timeout", Text, Implemented),
+    flag("snapshot-count", Text, Implemented),
+    flag("quota-backend-bytes", Text, Implemented),
+    flag("max-request-bytes", Text, Implemented),
+    flag("max-txn-ops", Text, Implemented),
+    flag("log-level", Text, Implemented),
+    flag(
+        "experimental-watch-progress-notify-interval",
+        Text,
+        Implemented,
+    ),
+    flag("watch-progress-notify-interval", Text, Implemented),
+    flag("experimental-lease-checkpoint-interval", Text, Implemented),
+    flag("etcd-version", Text, Implemented),
+    flag("strict-reconfig-check", Bool, Implemented),
+    flag("max-learners", Int, Implemented),
+    flag("version", Bool, Implemented),
+    // Member tuning.
+    flag("max-snapshots", Uint, PERF),
+    flag("max-wals", Uint, PERF),
+    flag("initial-election-tick-advance", Bool, PERF),
+    flag("backend-bbolt-freelist-type", Text, PERF),
+    flag("backend-batch-interval", Dur, PERF),
+    flag("backend-batch-limit", Int, PERF),
+    flag("max-concurrent-streams", Uint, PERF),
+    flag("grpc-keepalive-min-time", Dur, PERF),
+    flag("grpc-keepalive-interval", Dur, PERF),
+    flag("grpc-keepalive-timeout", Dur, PERF),
+    flag("socket-reuse-port", Bool, SOCKET),
+    flag("socket-reuse-address", Bool, SOCKET),
+    flag("raft-read-timeout", Dur, PERF),
+    flag("raft-write-timeout", Dur, PERF),
+    flag("snapshot-catchup-entries", Uint, PERF),
+    flag("experimental-snapshot-catchup-entries", Uint, PERF),
+    flag("compaction-batch-limit", Int, PERF),
+    flag("experimental-compaction-batch-limit", Int, PERF),
+    flag("compaction-sleep-interval", Dur, PERF),
+    flag("experimental-compaction-sleep-interval", Dur, PERF),
+    flag("experimental-txn-mode-write-with-shared-buffer", Bool, PERF),
+    flag("memory-mlock", Bool, PERF),
+    flag("experimental-memory-mlock", Bool, PERF),
+    flag("downgrade-check-time", Dur, PERF),
+    flag("experimental-downgrade-check-time", Dur, PERF),
+    flag("bootstrap-defrag-threshold-megabytes", Uint, DEFRAG),
+    flag(
+        "experimental-bootstrap-defrag-threshold-megabytes",
+        Uint,
+        DEFRAG,
+    ),
+    flag("experimental-stop-grpc-service-on-defrag", Bool, DEFRAG),
+    flag("unsafe-no-fsync", Bool, FSYNC),
+    flag("experimental-enable-lease-checkpoint", Bool, LEASES),
+    flag("experimental-enable-lease-checkpoint-persist", Bool, LEASES),
+    flag("experimental-initial-corrupt-check", Bool, CHECKS),
+    flag("corrupt-check-time", Dur, CHECKS),
+    flag("experimental-corrupt-check-time", Dur, CHECKS),
+    flag("experimental-compact-hash-check-enabled", Bool, CHECKS),
+    flag("compact-hash-check-time", Dur, CHECKS),
+    flag("experimental-compact-hash-check-time", Dur, CHECKS),
+    flag("feature-gates", Text, GATES),
+    flag("cors", Text, HTTP),
+    flag("host-whitelist", Text, HTTP),
+    // Logging, metrics, profiling, tracing.
+    flag("logger", Text, OBSERVE),
+    flag("log-outputs", Text, OBSERVE),
+    flag("log-format", Text, OBSERVE),
+    flag("enable-log-rotation", Bool, OBSERVE),
+    flag("log-rotation-config-json", Text, OBSERVE),
+    flag("enable-pprof", Bool, OBSERVE),
+    flag("metrics", Text, OBSERVE),
+    flag("warning-apply-duration", Dur, OBSERVE),
+    flag("experimental-warning-apply-duration", Dur, OBSERVE),
+    flag("warning-unary-request-duration", Dur, OBSERVE),
+    flag("experimental-warning-unary-request-duration", Dur, OBSERVE),
+    flag("enable-distributed-tracing", Bool, OBSERVE),
+    flag("experimental-enable-distributed-tracing", Bool, OBSERVE),
+    flag("distributed-tracing-address", Text, OBSERVE),
+    flag("experimental-distributed-tracing-address", Text, OBSERVE),
+    flag("distributed-tracing-service-name", Text, OBSERVE),
+    flag(
+        "experimental-distributed-tracing-service-name",
+        Text,
+        OBSERVE,
+    ),
+    flag("distributed-tracing-instance-id", Text, OBSERVE),
+    flag(
+        "experimental-distributed-tracing-instance-id",
+        Text,
+        OBSERVE,
+    ),
+    flag("distributed-tracing-sampling-rate", Int, OBSERVE),
+    flag(
+        "experimental-distributed-tracing-sampling-rate",
+        Int,
+        OBSERVE,
+    ),
+    // Not implemented yet: storage layout, extra listeners, bootstrap, raft options.
+    flag("config-file", Text, REFUSED),
+    flag("wal-dir", Text, REFUSED),
+    flag("listen-client-http-urls", Text, REFUSED),
+    // Probes point at it (kubeadm's liveness probe), so ignoring it would hide a failure.
+    flag("listen-metrics-urls", Text, REFUSED),
+    flag("enable-grpc-gateway", Bool, only("false")),
+    flag("pre-vote", Bool, only("true")),
+    flag("force-new-cluster", Bool, only("false")),
+    flag("auto-compaction-retention", Text, only("0")),
+    flag(
+        "auto-compaction-mode",
+        Text,
+        Treatment::Tuning(
+            "it only matters with a non-zero --auto-compaction-retention, which QuantyKube refuses",
+        ),
+    ),
+    flag("discovery", Text, REFUSED),
+    flag("discovery-fallback", Text, only("exit")),
+    flag("discovery-proxy", Text, REFUSED),
+    flag("discovery-srv", Text, REFUSED),
+    flag("discovery-srv-name", Text, REFUSED),
+    flag("discovery-endpoints", Text, REFUSED),
+    flag("discovery-token", Text, REFUSED),
+    flag("discovery-dial-timeout", Dur, only("2s")),
+    flag("discovery-request-timeout", Dur, only("5s")),
+    flag("discovery-keepalive-time", Dur, only("2s")),
+    flag("discovery-keepalive-timeout", Dur, only("6s")),
+    flag("discovery-insecure-transport", Bool, only("true")),
+    flag("discovery-insecure-skip-tls-verify", Bool, only("false")),
+    flag("discovery-cert", Text, REFUSED),
+    flag("discovery-key", Text, REFUSED),
+    flag("discovery-cacert", Text, REFUSED),
+    flag("discovery-user", Text, REFUSED),
+    flag("discovery-password", Text, REFUSED),
+    // Not implemented yet: TLS.
+    flag("cert-file", Text, REFUSED),
+    flag("key-file", Text, REFUSED),
+    flag("client-cert-file", Text, REFUSED),
+    flag("client-key-file", Text, REFUSED),
+    flag("client-cert-auth", Bool, only("false")),
+    flag("client-crl-file", Text, REFUSED),
+    flag("client-cert-allowed-hostname", Text, REFUSED),
+    flag("trusted-ca-file", Text, REFUSED),
+    flag("auto-tls", Bool, only("false")),
+    flag("peer-cert-file", Text, REFUSED),
+    flag("peer-key-file", Text, REFUSED),
+    flag("peer-client-cert-file", Text, REFUSED),
+    flag("peer-client-key-file", Text, REFUSED),
+    flag("peer-client-cert-auth", Bool, only("false")),
+    flag("peer-trusted-ca-file", Text, REFUSED),
+    flag("peer-auto-tls", Bool, only("false")),
+    flag("self-signed-cert-validity", Uint, only("1")),
+    flag("peer-crl-file", Text, REFUSED),
+    flag("peer-cert-allowed-cn", Text, REFUSED),
+    flag("peer-cert-allowed-hostname", Text, REFUSED),
+    flag("cipher-suites", Text, REFUSED),
+    flag("peer-skip-client-san-verification", Bool, only("false")),
+    flag(
+        "experimental-peer-skip-client-san-verification",
+        Bool,
+        only("false"),
+    ),
+    flag("tls-min-version", Text, only("TLS1.2")),
+    flag("tls-max-version", Text, REFUSED),
+    // Not implemented yet: authentication options.
+    flag("auth-token", Text, only("simple")),
+    flag("bcrypt-cost", Uint, only("10")),
+    flag("auth-token-ttl", Uint, only("300")),
+    // etcd accepts and ignores these itself.
+    flag(
+        "v2-deprecation",
+        Text,
+        Treatment::Obsolete(
+            "--v2-deprecation is deprecated and scheduled for removal in v3.8. \
+             The default value is enforced, ignoring user input.",
+        ),
+    ),
+    flag("cluster-active-size", Bool, IGNORED_BY_ETCD),
+    flag("cluster-remove-delay", Bool, IGNORED_BY_ETCD),
+    flag("cluster-sync-interval", Bool, IGNORED_BY_ETCD),
+    flag("config", Bool, IGNORED_BY_ETCD),
+    flag("force", Bool, IGNORED_BY_ETCD),
+    flag("max-result-buffer", Bool, IGNORED_BY_ETCD),
+    flag("max-retry-attempts", Bool, IGNORED_BY_ETCD),
+    flag("peer-heartbeat-interval", Bool, IGNORED_BY_ETCD),
+    flag("peer-election-timeout", Bool, IGNORED_BY_ETCD),
+    flag("retry-interval", Bool, IGNORED_BY_ETCD),
+    flag("snapshot", Bool, IGNORED_BY_ETCD),
+    flag("v", Bool, IGNORED_BY_ETCD),
+    flag("vv", Bool, IGNORED_BY_ETCD),
+];
+
+/// etcd 3.6 refuses an old experimental flag together with its new name.
+pub(super) const MIGRATED_FLAGS: &[(&str, &str)] = &[
+    (
+        "experimental-compact-hash-check-time",
+        "compact-hash-check-time",
+    ),
+    ("experimental-corrupt-check-time", "corrupt-check-time"),
+    (
+        "experimental-compaction-batch-limit",
+        "compaction-batch-limit",
+    ),
+    (
+        "experimental-watch-progress-notify-interval",
+        "watch-progress-notify-interval",
+    ),
+    (
+        "experimental-warning-apply-duration",
+        "warning-apply-duration",
+    ),
+    (
+        "experimental-bootstrap-defrag-threshold-megabytes",
+        "bootstrap-defrag-threshold-megabytes",
+    ),
+    ("experimental-memory-mlock", "memory-mlock"),
+    (
+        "experimental-snapshot-catchup-entries",
+        "snapshot-catchup-entries",
+    ),
+    (
+        "experimental-compaction-sleep-interval",
+        "compaction-sleep-interval",
+    ),
+    ("experimental-downgrade-check-time", "downgrade-check-time"),
+    (
+        "experimental-peer-skip-client-san-verification",
+        "peer-skip-client-san-verification",
+    ),
+    (
+        "experimental-enable-distributed-tracing",
+        "enable-distributed-tracing",
+    ),
+    (
+        "experimental-distributed-tracing-address",
+        "distributed-tracing-address",
+    ),
+    (
+        "experimental-distributed-tracing-service-name",
+        "distributed-tracing-service-name",
+    ),
+    (
+        "experimental-distributed-tracing-instance-id",
+        "distributed-tracing-instance-id",
+    ),
+    (
+        "experimental-distributed-tracing-sampling-rate",
+        "distributed-tracing-sampling-rate",
+    ),
+];
+
+/// The etcd flag of that name (without dashes), if there is one.
+pub(super) fn lookup(name: &str) -> Option<&'static EtcdFlag> {
+    FLAGS.iter().find(|f| f.name == name)
+}
+
+/// etcd's `flags.FlagToEnv("ETCD", name)`.
+pub(super) fn env_key(name: &str) -> String {
+    format!("ETCD_{}", name.to_ascii_uppercase().replace('-', "_"))
+}
+
+/// Whether `value` parses as `kind` and, if so, its canonical form for comparison.
+fn canonical(kind: Kind, value: &str) -> Result<String, String> {
+    match kind {
+        Bool => parse_go_bool(value)
+            .map(|b| b.to_string())
+            .ok_or_else(|| SYNTAX_ERROR.to_string()),
+        Uint => parse_go_uint(value)
+            .map(|v| v.to_string())
+            .map_err(str::to_string),
+        Int => parse_go_int(value)
+            .map(|v| v.to_string())
+            .map_err(str::to_string),
+        Dur => parse_go_duration(value).map(|v| v.to_string()),
+        Text => Ok(value.to_string()),
+    }
+}
+
+/// Validates a non-implemented etcd flag's value, then warns about it or refuses it.
+pub(super) fn check_other(
+    flag: &EtcdFlag,
+    setting: &Setting,
+    warnings: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    let value = canonical(flag.kind, &setting.value).map_err(|r| setting.invalid(r))?;
+    let subject = setting.origin.subject();
+    match flag.treatment {
+        Treatment::Implemented => {}
+        Treatment::Tuning(why) => warnings.push(format!(
+            "{subject} is accepted for etcd compatibility but ignored: {why}"
+        )),
+        Treatment::Obsolete(message) => warnings.push(format!("{subject}: {message}")),
+        Treatment::Unimplemented(ours) => {
+            let accepted = ours.and_then(|o| canonical(flag.kind, o).ok());
+            if accepted.as_deref() != Some(value.as_str()) {
+                return Err(ConfigError::Unimplemented {
+                    flag: flag.name,
+                    from_env: matches!(setting.origin, Origin::Env(_)),
+                    only: ours.filter(|o| !o.is_empty()),
+                });
+            }
+        }
+    }
+    Ok(())
+}
