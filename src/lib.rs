@@ -9,6 +9,7 @@ pub mod bench;
 pub mod config;
 pub mod identity;
 pub mod lessor;
+pub mod membership;
 pub mod node;
 pub mod offload;
 #[cfg(feature = "planted-bugs")]

@@ -17,9 +17,9 @@ use futures::{Stream, StreamExt};
 use openraft::async_runtime::WatchReceiver;
 use prost::Message;
 use quantykube_raft::{
-    raft_config, Command as RaftCommand, DialOptions, Dialer, LogStore, Member, NodeId,
-    PeerChannels, PeerNetworkFactory, PeerService, Raft, RaftClient, RaftClientOptions, TcpDialer,
-    WalSyncer, LOG_COLUMN_FAMILIES,
+    raft_config, ClusterGuard, Command as RaftCommand, DialOptions, Dialer, LogStore, Member,
+    NodeId, PeerChannels, PeerNetworkFactory, PeerService, Raft, RaftClient, RaftClientOptions,
+    TcpDialer, WalSyncer, LOG_COLUMN_FAMILIES, MEMBER_REMOVED,
 };
 use std::pin::Pin;
 use thiserror::Error;
@@ -36,6 +36,8 @@ use crate::api::status;
 use crate::config::Config;
 use crate::identity;
 use crate::lessor::Lessor;
+use crate::membership::join::{self, Start};
+use crate::membership::{MemberChanges, MembershipError, Policy};
 use crate::offload::Offload;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
@@ -56,8 +58,8 @@ pub enum NodeError {
     Listen { url: String, source: std::io::Error },
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
-    #[error("this member ({0}) is not in --initial-cluster")]
-    NotInCluster(String),
+    #[error("{0}")]
+    Membership(#[from] MembershipError),
 }
 
 /// Limits a request is checked against, from etcd's flags.
@@ -87,9 +89,39 @@ pub struct Node {
     /// How this member reaches others' client URLs (the leader, for lease requests).
     dialer: Arc<dyn Dialer>,
     election_timeout: Duration,
+    /// The cluster id, the removed ids, and whether this member was removed.
+    guard: Arc<ClusterGuard>,
+    /// Membership changes this member carries out while it leads, one at a time.
+    changes: MemberChanges,
+    /// Seconds since the Unix epoch, for the ids MemberAdd computes as etcd does.
+    wall_clock: fn() -> u64,
 }
 
 impl Node {
+    pub fn guard(&self) -> &Arc<ClusterGuard> {
+        &self.guard
+    }
+
+    pub fn member_changes(&self) -> &MemberChanges {
+        &self.changes
+    }
+
+    /// Seconds since the Unix epoch (simulated time in the simulation).
+    pub fn unix_seconds(&self) -> u64 {
+        (self.wall_clock)()
+    }
+
+    /// True while the applied membership has this member as a learner.
+    pub fn is_learner(&self) -> bool {
+        self.raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .learner_ids()
+            .any(|id| id == self.id)
+    }
+
     /// How this member runs blocking store work.
     pub fn offload(&self) -> Offload {
         self.offload
@@ -272,6 +304,12 @@ impl Node {
         if crate::planted::is_planted(crate::planted::PlantedBug::LocalLinearizableReads) {
             return Ok(());
         }
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::is_planted(crate::planted::PlantedBug::RemovedMemberServes)
+            && self.guard.is_removed(self.id)
+        {
+            return Ok(());
+        }
         self.client.read_barrier().await.map_err(status::from_read)
     }
 
@@ -362,6 +400,8 @@ pub struct Environment {
     pub offload: Offload,
     /// Whether the raft log is synced on its own thread (production) or inline.
     pub threaded_wal_sync: bool,
+    /// Seconds since the Unix epoch.
+    pub wall_clock: fn() -> u64,
 }
 
 impl Environment {
@@ -370,8 +410,15 @@ impl Environment {
             dialer: Arc::new(TcpDialer),
             offload: Offload::BlockingPool,
             threaded_wal_sync: true,
+            wall_clock: system_unix_seconds,
         }
     }
+}
+
+fn system_unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Runs a member on the host's network until `shutdown` completes.
@@ -394,7 +441,15 @@ pub async fn serve<IO>(
 where
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
-    let node = start_member(&config, &environment).await?;
+    let node = match start_member(&config, &environment).await {
+        Ok(node) => node,
+        Err(NodeError::Membership(MembershipError::Removed)) => {
+            // etcd stops, and exits cleanly, once it learns it was removed.
+            tracing::warn!("{MEMBER_REMOVED}");
+            return Ok(());
+        }
+        Err(error) => return Err(error),
+    };
     let raft = node.raft.clone();
     let snapshot_dir = config.data_dir.join("snapshots");
 
@@ -407,7 +462,17 @@ where
     };
 
     let mut servers = tokio::task::JoinSet::new();
-    let peer_service = PeerService::new(raft.clone(), snapshot_dir.join("incoming"))?;
+    let peer_service = PeerService::new(
+        raft.clone(),
+        node.guard.clone(),
+        snapshot_dir.join("incoming"),
+    )?;
+    let mut removed = node.guard.removed_self();
+    #[cfg(feature = "planted-bugs")]
+    if crate::planted::is_planted(crate::planted::PlantedBug::RemovedMemberServes) {
+        // Never told: the member goes on serving after its removal.
+        removed = tokio::sync::watch::Sender::new(false).subscribe();
+    }
     let peer_router = tonic::transport::Server::builder().add_service(peer_service.into_service());
     let stop = stopped();
     servers.spawn(async move { peer_router.serve_with_incoming_shutdown(peers, stop).await });
@@ -423,7 +488,12 @@ where
     tokio::pin!(shutdown);
     let published = tokio::select! {
         () = &mut shutdown => false,
+        Ok(_) = removed.wait_for(|removed| *removed) => false,
         () = node.clone().publish_attributes() => true,
+    };
+    let steward = {
+        let node = node.clone();
+        tokio::spawn(async move { node.member_changes().steward(node.clone()).await })
     };
     let lessor = tokio::spawn(crate::lessor::run(
         node.clone(),
@@ -440,13 +510,19 @@ where
         });
         tokio::select! {
             () = &mut shutdown => tracing::info!("shutting down"),
+            Ok(_) = removed.wait_for(|removed| *removed) => {}
             Some(result) = servers.join_next() => {
                 tracing::error!(?result, "a server stopped unexpectedly");
             }
         }
     }
+    if *removed.borrow() {
+        // As etcd: the member stops for good, and its process exits cleanly.
+        tracing::warn!(member_id = %format!("{:x}", node.id), "{MEMBER_REMOVED}");
+    }
     let _ = stop_tx.send(true);
     lessor.abort();
+    steward.abort();
     if let Err(error) = raft.shutdown().await {
         tracing::warn!(%error, "raft shutdown");
     }
@@ -454,9 +530,26 @@ where
     Ok(())
 }
 
-/// Opens this member's store, starts its raft and, for a new cluster, bootstraps the
+/// Opens this member's store, decides who it is (restart, bootstrap or join: see
+/// `membership::join`), starts its raft and, for a new cluster, bootstraps the
 /// membership from `--initial-cluster`, as etcd's static bootstrap does.
 async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<Node>, NodeError> {
+    std::fs::create_dir_all(&config.data_dir)?;
+    let db = store::open_database(&config.data_dir.join("db"), LOG_COLUMN_FAMILIES)?;
+    let revision_store = Arc::new(RevisionStore::new(db.clone())?);
+    revision_store.resume_compaction()?;
+    revision_store.ensure_latest_index()?;
+    let has_data = store::read_applied(&revision_store)?.last_applied.is_some();
+    let start = join::decide(config, has_data, environment.dialer.as_ref()).await?;
+    let join::Identity {
+        member_id: id,
+        cluster_id,
+    } = start.identity();
+    let guard = Arc::new(ClusterGuard::new(id, cluster_id));
+    guard.add_removed(store::read_removed_members(&revision_store)?);
+    if guard.is_removed(id) {
+        return Err(MembershipError::Removed.into());
+    }
     let token = config.initial_cluster_token.clone();
     let members: BTreeMap<NodeId, Member> = config
         .initial_cluster
@@ -470,22 +563,6 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
             (identity::member_id(&member.peer_urls, &token), member)
         })
         .collect();
-    let own_peer_urls: Vec<String> = config
-        .initial_advertise_peer_urls
-        .iter()
-        .map(|u| u.to_string())
-        .collect();
-    let id = identity::member_id(&own_peer_urls, &token);
-    if !members.contains_key(&id) {
-        return Err(NodeError::NotInCluster(config.name.clone()));
-    }
-    let cluster_id = identity::cluster_id(members.keys().copied());
-
-    std::fs::create_dir_all(&config.data_dir)?;
-    let db = store::open_database(&config.data_dir.join("db"), LOG_COLUMN_FAMILIES)?;
-    let revision_store = Arc::new(RevisionStore::new(db.clone())?);
-    revision_store.resume_compaction()?;
-    revision_store.ensure_latest_index()?;
 
     let raft_config = Arc::new(raft_config(
         config.heartbeat_interval,
@@ -498,6 +575,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         revision_store.clone(),
         snapshot_dir.clone(),
         environment.offload,
+        guard.clone(),
     );
     let syncer = if environment.threaded_wal_sync {
         WalSyncer::spawn(&db)?
@@ -506,7 +584,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     };
     let log_store = LogStore::with_syncer(db.clone(), syncer)?;
     let channels = PeerChannels::new(environment.dialer.clone(), DialOptions::default());
-    let network = PeerNetworkFactory::new(id, channels.clone());
+    let network = PeerNetworkFactory::new(guard.clone(), channels.clone());
     let snapshot_exports = state_machine.snapshot_exports();
     let raft = Raft::new(id, raft_config.clone(), network, log_store, state_machine)
         .await
@@ -518,7 +596,11 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         .await
         .map(|initialized| !initialized)
         .map_err(|e| NodeError::Raft(e.to_string()))?;
-    if fresh && config.initial_cluster_state == crate::config::ClusterState::New {
+    // A member that joins waits for the leader to replicate to it; only founding members
+    // (also one restarted before its first initialize) write the initial membership.
+    let founding = matches!(start, Start::Bootstrap(_))
+        || config.initial_cluster_state == crate::config::ClusterState::New;
+    if fresh && founding && !matches!(start, Start::Join(_)) {
         // Every founding member writes the same initial membership, as every etcd member
         // of a static bootstrap does; raft then elects one leader.
         if let Err(error) = raft.initialize(members.clone()).await {
@@ -554,6 +636,12 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         lessor: Arc::default(),
         dialer: environment.dialer.clone(),
         election_timeout: config.election_timeout,
+        guard,
+        changes: MemberChanges::new(Policy {
+            strict: config.strict_reconfig_check,
+            max_learners: config.max_learners,
+        }),
+        wall_clock: environment.wall_clock,
     });
     tracing::info!(
         name = %config.name,

@@ -3,8 +3,8 @@
 //!
 //! Compiled only with the `planted-bugs` feature, which only the simulation crate
 //! enables. Every switch is off until a test turns it on; the server consults this
-//! module at exactly five places (read index, write acknowledgement, apply, a watch's
-//! catch-up, the lessor's timers), each behind the same feature. It must never be enabled in a build that
+//! module at exactly six places (read index, write acknowledgement, apply, a watch's
+//! catch-up, the lessor's timers, a member's removal), each behind the same feature. It must never be enabled in a build that
 //! serves users.
 
 use std::sync::Mutex;
@@ -22,6 +22,9 @@ pub enum PlantedBug {
     WatchDropsEventOnRejoin,
     /// The leader times every lease for half its TTL.
     LeaseExpiresEarly,
+    /// A removed member ignores its removal and goes on serving, answering
+    /// linearizable reads from its own (no longer updated) state.
+    RemovedMemberServes,
 }
 
 static PLANTED: Mutex<Vec<PlantedBug>> = Mutex::new(Vec::new());

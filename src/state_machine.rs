@@ -16,8 +16,8 @@ use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
 use prost::Message;
 use quantykube_raft::{
-    CommandOutcome, LogId, NodeId, Snapshot, SnapshotFile, SnapshotMeta, StoredMembership,
-    TypeConfig,
+    ClusterGuard, CommandOutcome, LogId, NodeId, Snapshot, SnapshotFile, SnapshotMeta,
+    StoredMembership, TypeConfig,
 };
 
 use crate::offload::Offload;
@@ -37,6 +37,8 @@ pub struct StateMachine {
     /// Set once raft runs (see [`StateMachine::snapshot_exports`]).
     snapshot_exports: Arc<AtomicBool>,
     offload: Offload,
+    /// Told of every member an applied membership change removes.
+    guard: Arc<ClusterGuard>,
 }
 
 impl StateMachine {
@@ -45,6 +47,7 @@ impl StateMachine {
         store: Arc<RevisionStore>,
         snapshot_dir: PathBuf,
         offload: Offload,
+        guard: Arc<ClusterGuard>,
     ) -> Self {
         StateMachine {
             member,
@@ -53,6 +56,7 @@ impl StateMachine {
             snapshot_dir_lock: Arc::default(),
             snapshot_exports: Arc::default(),
             offload,
+            guard,
         }
     }
 
@@ -141,6 +145,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let store = self.store.clone();
         let mut batch = store.begin_apply()?;
         let mut replies = Vec::new();
+        let mut removed = Vec::new();
         while let Some(item) = entries.next().await {
             let (entry, responder) = item?;
             let log_id = entry.log_id;
@@ -154,7 +159,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
                 EntryPayload::Membership(membership) => {
                     let stored = StoredMembership::new(Some(log_id), membership.clone());
-                    batch.membership(&log_id, &stored)?;
+                    removed.extend(batch.membership(&log_id, &stored)?);
                     CommandOutcome::default()
                 }
             };
@@ -163,6 +168,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
         }
         batch.flush()?;
+        if !removed.is_empty() {
+            tracing::info!(removed = ?removed, "applied the removal of members");
+            self.guard.add_removed(removed);
+        }
         // Only now, so that no client hears of a write a read on this node cannot see.
         for (responder, outcome) in replies {
             responder.send(outcome);
@@ -181,15 +190,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), io::Error> {
         let store = self.store.clone();
         let expected = meta.clone();
+        // Readers wait for the whole install: none sees the store half rewritten.
+        let _alone = self.store.exclusive().await;
         self.in_snapshot_dir(move |dir| {
             let current = crate::store::keep_received_snapshot(dir, &snapshot.path)?;
             let installed = store.install_snapshot(&current)?;
             if installed.last_log_id != expected.last_log_id {
                 return Err(StoreError::corrupt("snapshot file does not match its meta"));
             }
-            Ok(())
+            crate::store::read_removed_members(&store)
         })
         .await
+        .map(|removed| self.guard.add_removed(removed))
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {

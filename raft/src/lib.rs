@@ -7,8 +7,9 @@
 //! Wiring one node (the server crate does this):
 //! 1. open the node's RocksDB with its own column families plus [`LOG_COLUMN_FAMILIES`],
 //!    and build a [`LogStore`] on it;
-//! 2. build one [`PeerChannels`] (with the production [`TcpDialer`] or a simulated one);
-//! 3. `Raft::new(id, config, PeerNetworkFactory::new(id, channels.clone()), log_store, sm)`
+//! 2. build one [`PeerChannels`] (with the production [`TcpDialer`] or a simulated one)
+//!    and one [`ClusterGuard`] (this node's id, its cluster id and the removed ids);
+//! 3. `Raft::new(id, config, PeerNetworkFactory::new(guard.clone(), channels.clone()), log_store, sm)`
 //!    with the config from [`raft_config`] (a deterministic simulation runs this, and
 //!    everything after it, inside [`with_seed`], which fixes the election timeouts);
 //! 4. serve [`PeerService::into_service`] on the peer listener;
@@ -19,6 +20,8 @@ pub mod client;
 pub mod codec;
 pub mod config;
 pub mod dialer;
+pub mod guard;
+pub mod join;
 pub mod log_store;
 pub mod log_tail;
 pub mod network;
@@ -33,6 +36,8 @@ pub use channels::{DialError, DialOptions, Lane, PeerChannels, MAX_PEER_MESSAGE_
 pub use client::{RaftClient, RaftClientOptions, ReadError, WriteError};
 pub use config::{raft_config, RaftConfigError};
 pub use dialer::{DialFuture, Dialer, DialerError, TcpDialer};
+pub use guard::{ClusterGuard, MEMBER_REMOVED};
+pub use join::{fetch_cluster_members, RemoteCluster, RemoteMember};
 pub use log_store::{LogStore, LOG_COLUMN_FAMILIES};
 pub use network::{PeerConnection, PeerNetworkFactory};
 pub use peer_server::PeerService;

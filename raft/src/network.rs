@@ -34,6 +34,7 @@ use tonic::{Code, Status};
 
 use crate::channels::{Lane, PeerChannels, PooledChannel};
 use crate::codec;
+use crate::guard::{ClusterGuard, MEMBER_REMOVED};
 use crate::pb;
 use crate::pb::peer_client::PeerClient;
 use crate::types::{Member, NodeId, Snapshot, SnapshotFile, TypeConfig, Vote};
@@ -46,13 +47,19 @@ pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 pub struct PeerNetworkFactory {
     local_id: NodeId,
     channels: PeerChannels,
+    guard: Arc<ClusterGuard>,
 }
 
 impl PeerNetworkFactory {
-    /// `local_id` is this node's id (it appears in timeout errors); `channels` is the
-    /// node's peer channel pool, shared with [`crate::RaftClient`].
-    pub fn new(local_id: NodeId, channels: PeerChannels) -> Self {
-        Self { local_id, channels }
+    /// `guard` names this node (its id appears in timeout errors) and learns when a peer
+    /// says this node was removed; `channels` is the node's peer channel pool, shared
+    /// with [`crate::RaftClient`].
+    pub fn new(guard: Arc<ClusterGuard>, channels: PeerChannels) -> Self {
+        Self {
+            local_id: guard.local_id(),
+            channels,
+            guard,
+        }
     }
 
     fn connection(&self, target: NodeId, member: &Member, lane: Lane) -> PeerConnection {
@@ -62,6 +69,7 @@ impl PeerNetworkFactory {
             member: member.clone(),
             lane,
             channels: self.channels.clone(),
+            guard: self.guard.clone(),
         }
     }
 }
@@ -90,6 +98,7 @@ pub struct PeerConnection {
     member: Member,
     lane: Lane,
     channels: PeerChannels,
+    guard: Arc<ClusterGuard>,
 }
 
 /// Why one unary call failed, before it is turned into openraft's error type.
@@ -114,6 +123,9 @@ impl PeerConnection {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => {
                 self.channels.discard(self.target, self.lane, &pooled);
+                if status.code() == Code::FailedPrecondition && status.message() == MEMBER_REMOVED {
+                    self.guard.note_removed_by_peer();
+                }
                 Err(status_error(&status))
             }
             Err(_) => {

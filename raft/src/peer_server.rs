@@ -25,12 +25,15 @@ use openraft::ReadPolicy;
 use serde::Serialize;
 use tonic::{Request, Response, Status, Streaming};
 
+use openraft::async_runtime::WatchReceiver;
+
 use crate::channels::MAX_PEER_MESSAGE_BYTES;
 use crate::codec;
+use crate::guard::{ClusterGuard, MEMBER_REMOVED};
 use crate::pb;
 use crate::pb::peer_server::{Peer, PeerServer};
 use crate::propose_stream::{self, OutcomeStream};
-use crate::types::{Raft, Snapshot, SnapshotFile, SnapshotMeta, TypeConfig, Vote};
+use crate::types::{NodeId, Raft, Snapshot, SnapshotFile, SnapshotMeta, TypeConfig, Vote};
 
 const PARTIAL_SUFFIX: &str = "partial";
 
@@ -40,6 +43,7 @@ where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
 {
     raft: Raft<SM>,
+    guard: Arc<ClusterGuard>,
     staging_dir: Arc<PathBuf>,
     next_staging_id: Arc<AtomicU64>,
 }
@@ -50,7 +54,11 @@ where
 {
     /// `staging_dir` receives incoming snapshots; it is created if missing, and partial
     /// files left by a previous run are removed. One service per directory.
-    pub fn new(raft: Raft<SM>, staging_dir: PathBuf) -> Result<Self, io::Error> {
+    pub fn new(
+        raft: Raft<SM>,
+        guard: Arc<ClusterGuard>,
+        staging_dir: PathBuf,
+    ) -> Result<Self, io::Error> {
         std::fs::create_dir_all(&staging_dir)?;
         for entry in std::fs::read_dir(&staging_dir)? {
             let path = entry?.path();
@@ -61,6 +69,7 @@ where
         }
         Ok(Self {
             raft,
+            guard,
             staging_dir: Arc::new(staging_dir),
             next_staging_id: Arc::new(AtomicU64::new(0)),
         })
@@ -169,7 +178,9 @@ where
         &self,
         request: Request<pb::RequestVoteRequest>,
     ) -> Result<Response<pb::RequestVoteResponse>, Status> {
-        let rpc = codec::decode("vote request", &request.get_ref().request)?;
+        let rpc: openraft::raft::VoteRequest<TypeConfig> =
+            codec::decode("vote request", &request.get_ref().request)?;
+        self.refuse_removed(rpc.vote.leader_id().node_id)?;
         let response = self.raft.vote(rpc).await.map_err(stopped)?;
         Ok(Response::new(pb::RequestVoteResponse {
             response: encode("vote response", &response)?.into(),
@@ -180,7 +191,9 @@ where
         &self,
         request: Request<pb::RequestPreVoteRequest>,
     ) -> Result<Response<pb::RequestPreVoteResponse>, Status> {
-        let rpc = codec::decode("pre-vote request", &request.get_ref().request)?;
+        let rpc: openraft::raft::VoteRequest<TypeConfig> =
+            codec::decode("pre-vote request", &request.get_ref().request)?;
+        self.refuse_removed(rpc.vote.leader_id().node_id)?;
         let response = self.raft.pre_vote(rpc).await.map_err(stopped)?;
         Ok(Response::new(pb::RequestPreVoteResponse {
             response: encode("vote response", &response)?.into(),
@@ -252,6 +265,42 @@ where
             }
         };
         Ok(Response::new(reply))
+    }
+
+    async fn cluster_members(
+        &self,
+        _request: Request<pb::ClusterMembersRequest>,
+    ) -> Result<Response<pb::ClusterMembersResponse>, Status> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let membership = metrics.membership_config.membership();
+        let learners: Vec<NodeId> = membership.learner_ids().collect();
+        let members = membership
+            .nodes()
+            .map(|(id, member)| pb::ClusterMember {
+                id: *id,
+                member: Some(pb::Member::from(member)),
+                is_learner: learners.contains(id),
+            })
+            .collect();
+        Ok(Response::new(pb::ClusterMembersResponse {
+            cluster_id: self.guard.cluster_id(),
+            members,
+            removed_ids: self.guard.removed_ids(),
+        }))
+    }
+}
+
+impl<SM> PeerService<SM>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
+{
+    /// A member the cluster removed may still campaign (it may never have applied its
+    /// own removal); it is told instead, so that it stops for good.
+    fn refuse_removed(&self, candidate: NodeId) -> Result<(), Status> {
+        if self.guard.is_removed(candidate) {
+            return Err(Status::failed_precondition(MEMBER_REMOVED));
+        }
+        Ok(())
     }
 }
 

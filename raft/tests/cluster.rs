@@ -15,9 +15,9 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use quantykube_raft::{
-    raft_config, Command, CommandOutcome, LogId, LogStore, Member, NodeId, PeerChannels,
-    PeerNetworkFactory, PeerService, Raft, RaftClient, RaftClientOptions, Snapshot, SnapshotFile,
-    SnapshotMeta, StoredMembership, TypeConfig, LOG_COLUMN_FAMILIES,
+    raft_config, ClusterGuard, Command, CommandOutcome, LogId, LogStore, Member, NodeId,
+    PeerChannels, PeerNetworkFactory, PeerService, Raft, RaftClient, RaftClientOptions, Snapshot,
+    SnapshotFile, SnapshotMeta, StoredMembership, TypeConfig, LOG_COLUMN_FAMILIES,
 };
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
@@ -214,16 +214,17 @@ async fn start_node(id: NodeId, listener: TcpListener, dir: PathBuf) -> Node {
     let log_store = LogStore::new(db).unwrap();
     let sm = TestSm::new(dir.join("sm"));
     let channels = PeerChannels::tcp();
+    let guard = Arc::new(ClusterGuard::new(id, 1));
     let raft = Raft::new(
         id,
         config.clone(),
-        PeerNetworkFactory::new(id, channels.clone()),
+        PeerNetworkFactory::new(guard.clone(), channels.clone()),
         log_store,
         sm.clone(),
     )
     .await
     .unwrap();
-    let service = PeerService::new(raft.clone(), dir.join("staging"))
+    let service = PeerService::new(raft.clone(), guard, dir.join("staging"))
         .unwrap()
         .into_service();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();

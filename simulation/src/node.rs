@@ -90,6 +90,7 @@ pub async fn run(spec: Arc<NodeSpec>) -> Result<(), SimError> {
         dialer: Arc::new(SimDialer),
         offload: Offload::Inline,
         threaded_wal_sync: false,
+        wall_clock: simulated_unix_seconds,
     };
     tracing::info!(name = %spec.name, seed = spec.seed, "starting simulated member");
     // A simulated member runs until turmoil crashes it; serving stops on its own only
@@ -101,4 +102,11 @@ pub async fn run(spec: Arc<NodeSpec>) -> Result<(), SimError> {
     )
     .await?;
     Err(SimError::Stopped(spec.name.clone()))
+}
+
+/// The simulation's wall clock: a fixed epoch plus simulated time, so that ids computed
+/// from the time (MemberAdd's) replay exactly.
+fn simulated_unix_seconds() -> u64 {
+    const EPOCH: u64 = 1_800_000_000;
+    EPOCH + turmoil::sim_elapsed().map_or(0, |elapsed| elapsed.as_secs())
 }

@@ -1,18 +1,45 @@
-//! etcdserverpb.Cluster: MemberList from raft's applied membership. Adding, removing,
-//! updating and promoting members are not built yet and answer Unimplemented.
+//! etcdserverpb.Cluster: MemberList from raft's applied membership; MemberAdd,
+//! MemberRemove, MemberUpdate and MemberPromote carried out by the leader
+//! (`membership::change`), relayed there by any other member, as etcd forwards them.
+//!
+//! A relayed request is marked, and a member that receives a marked request without
+//! leading answers `leader changed` instead of relaying again: no request loops.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
+use sha1::{Digest, Sha1};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+use super::status;
+use crate::membership::{Change, MembershipError, Outcome};
 use crate::node::Node;
+use crate::proto::etcdserverpb::cluster_client::ClusterClient;
 use crate::proto::etcdserverpb::cluster_server::Cluster;
-use crate::proto::etcdserverpb::{Member, MemberListRequest, MemberListResponse};
+use crate::proto::etcdserverpb::{
+    Member, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
+    MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
+    MemberUpdateRequest, MemberUpdateResponse, ResponseHeader,
+};
 use crate::store;
+
+/// Metadata on a request one member relays to the leader.
+pub const RELAYED: &str = "x-quantykube-relayed";
+/// How many times a change moves on after the leader changed under it.
+const ATTEMPTS: usize = 3;
 
 pub struct ClusterService {
     node: Arc<Node>,
+}
+
+/// Where a change is carried out.
+enum Done {
+    /// On this member, the leader: done.
+    Here,
+    /// On the leader: the request goes there.
+    Relay(ClusterClient<Channel>),
 }
 
 impl ClusterService {
@@ -44,10 +71,175 @@ impl ClusterService {
         }
         Ok(members)
     }
+
+    fn header(&self) -> Result<ResponseHeader, Status> {
+        let revision = self
+            .node
+            .store()
+            .current_revision()
+            .map_err(status::from_store)?;
+        Ok(self.node.header_at(revision))
+    }
+
+    /// Carries out `change` here if this member leads; otherwise (or once this member
+    /// handed leadership over) returns the leader to relay the request to.
+    async fn on_leader(&self, relayed: bool, change: Change) -> Result<Done, Status> {
+        for _ in 0..ATTEMPTS {
+            if self.node.is_leader() {
+                match self
+                    .node
+                    .member_changes()
+                    .apply(&self.node, change.clone())
+                    .await
+                {
+                    Ok(Outcome::Done(_)) => return Ok(Done::Here),
+                    Ok(Outcome::HandedOver) => continue,
+                    Err(MembershipError::LeaderChanged) if !relayed => continue,
+                    Err(error) => return Err(status::from_membership(error)),
+                }
+            }
+            if relayed {
+                return Err(status::leader_changed());
+            }
+            return Ok(Done::Relay(ClusterClient::new(self.leader().await?)));
+        }
+        Err(status::leader_changed())
+    }
+
+    /// A channel to the leader, once one is known (within a few election timeouts).
+    async fn leader(&self) -> Result<Channel, Status> {
+        let wait = self.node.election_timeout() * 3;
+        let mut metrics = self.node.raft().metrics();
+        let known = metrics.wait_until(|m| m.current_leader.is_some());
+        let _ = tokio::time::timeout(wait, known).await;
+        self.node.leader_channel().await
+    }
+}
+
+fn relayed<T>(request: &Request<T>) -> bool {
+    request.metadata().contains_key(RELAYED)
+}
+
+fn mark<T>(message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request
+        .metadata_mut()
+        .insert(RELAYED, tonic::metadata::MetadataValue::from_static("1"));
+    request.set_timeout(Duration::from_secs(30));
+    request
+}
+
+/// etcd's `types.NewURLs`: each URL is `scheme://host:port` with a scheme etcd knows
+/// and no path. Returned sorted, as etcd keeps them.
+fn peer_urls(given: &[String]) -> Result<Vec<String>, Status> {
+    let bad = || status::from_membership(MembershipError::BadUrls);
+    if given.is_empty() {
+        return Err(bad());
+    }
+    let mut urls = Vec::with_capacity(given.len());
+    for raw in given {
+        let url = url::Url::parse(raw).map_err(|_| bad())?;
+        let scheme_ok = matches!(url.scheme(), "http" | "https" | "unix" | "unixs");
+        let host_port = url.host_str().is_some() && url.port().is_some();
+        let no_path = url.path().is_empty() || url.path() == "/";
+        if !scheme_ok || !host_port || !no_path {
+            return Err(bad());
+        }
+        urls.push(raw.trim_end_matches('/').to_string());
+    }
+    urls.sort();
+    Ok(urls)
+}
+
+/// etcd's id for a member MemberAdd creates: SHA-1 over its sorted peer URLs, the
+/// (empty) cluster name and the time in seconds, first 8 bytes big-endian.
+pub fn added_member_id(sorted_peer_urls: &[String], unix_seconds: u64) -> u64 {
+    let mut hasher = Sha1::new();
+    hasher.update(sorted_peer_urls.concat().as_bytes());
+    hasher.update(unix_seconds.to_string().as_bytes());
+    let digest = hasher.finalize();
+    let mut be = [0u8; 8];
+    be.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(be)
 }
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
+    async fn member_add(
+        &self,
+        request: Request<MemberAddRequest>,
+    ) -> Result<Response<MemberAddResponse>, Status> {
+        let relayed = relayed(&request);
+        let req = request.into_inner();
+        let urls = peer_urls(&req.peer_ur_ls)?;
+        let is_learner = req.is_learner;
+        // Computed where the change is carried out: a relayed request gets the
+        // leader's id (and the leader's answer).
+        let id = added_member_id(&urls, self.node.unix_seconds());
+        let change = Change::Add {
+            id,
+            peer_urls: urls.clone(),
+            is_learner: req.is_learner,
+        };
+        let response = match self.on_leader(relayed, change).await? {
+            Done::Relay(mut leader) => {
+                let mut response = leader.member_add(mark(req)).await?.into_inner();
+                response.header = Some(self.header()?);
+                response
+            }
+            Done::Here => MemberAddResponse {
+                header: Some(self.header()?),
+                member: Some(Member {
+                    id,
+                    name: String::new(),
+                    peer_ur_ls: urls,
+                    client_ur_ls: Vec::new(),
+                    is_learner,
+                }),
+                members: Self::members(&self.node)?,
+            },
+        };
+        Ok(Response::new(response))
+    }
+
+    async fn member_remove(
+        &self,
+        request: Request<MemberRemoveRequest>,
+    ) -> Result<Response<MemberRemoveResponse>, Status> {
+        let relayed = relayed(&request);
+        let req = request.into_inner();
+        let change = Change::Remove { id: req.id };
+        let members = match self.on_leader(relayed, change).await? {
+            Done::Relay(mut leader) => leader.member_remove(mark(req)).await?.into_inner().members,
+            Done::Here => Self::members(&self.node)?,
+        };
+        Ok(Response::new(MemberRemoveResponse {
+            header: Some(self.header()?),
+            members,
+        }))
+    }
+
+    async fn member_update(
+        &self,
+        request: Request<MemberUpdateRequest>,
+    ) -> Result<Response<MemberUpdateResponse>, Status> {
+        let relayed = relayed(&request);
+        let req = request.into_inner();
+        let urls = peer_urls(&req.peer_ur_ls)?;
+        let change = Change::Update {
+            id: req.id,
+            peer_urls: urls,
+        };
+        let members = match self.on_leader(relayed, change).await? {
+            Done::Relay(mut leader) => leader.member_update(mark(req)).await?.into_inner().members,
+            Done::Here => Self::members(&self.node)?,
+        };
+        Ok(Response::new(MemberUpdateResponse {
+            header: Some(self.header()?),
+            members,
+        }))
+    }
+
     async fn member_list(
         &self,
         request: Request<MemberListRequest>,
@@ -55,21 +247,60 @@ impl Cluster for ClusterService {
         if request.get_ref().linearizable {
             self.node.read_barrier().await?;
         }
-        let members = Self::members(&self.node)?;
-        let revision = self
-            .node
-            .store()
-            .current_revision()
-            .map_err(super::status::from_store)?;
         Ok(Response::new(MemberListResponse {
-            header: Some(
-                self.node
-                    .header_from(Some(crate::proto::etcdserverpb::ResponseHeader {
-                        revision,
-                        ..Default::default()
-                    })),
-            ),
+            header: Some(self.header()?),
+            members: Self::members(&self.node)?,
+        }))
+    }
+
+    async fn member_promote(
+        &self,
+        request: Request<MemberPromoteRequest>,
+    ) -> Result<Response<MemberPromoteResponse>, Status> {
+        let relayed = relayed(&request);
+        let req = request.into_inner();
+        let change = Change::Promote { id: req.id };
+        let members = match self.on_leader(relayed, change).await? {
+            Done::Relay(mut leader) => leader.member_promote(mark(req)).await?.into_inner().members,
+            Done::Here => Self::members(&self.node)?,
+        };
+        Ok(Response::new(MemberPromoteResponse {
+            header: Some(self.header()?),
             members,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_urls_are_checked_and_sorted_as_etcd_does() {
+        assert_eq!(
+            peer_urls(&["http://b:2380".into(), "http://a:2380".into()]).unwrap(),
+            vec!["http://a:2380".to_string(), "http://b:2380".to_string()]
+        );
+        for bad in [
+            "a:2380",
+            "http://a",
+            "ftp://a:2380",
+            "http://a:2380/path",
+            "",
+        ] {
+            let status = peer_urls(&[bad.into()]).unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{bad}");
+            assert_eq!(
+                status.message(),
+                "etcdserver: given member URLs are invalid"
+            );
+        }
+    }
+
+    #[test]
+    fn added_ids_depend_on_urls_and_time() {
+        let urls = vec!["http://a:2380".to_string()];
+        assert_ne!(added_member_id(&urls, 1), added_member_id(&urls, 2));
+        assert_eq!(added_member_id(&urls, 7), added_member_id(&urls, 7));
     }
 }

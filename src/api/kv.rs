@@ -97,9 +97,13 @@ impl Kv for KvService {
     ) -> Result<Response<RangeResponse>, Status> {
         let req = request.into_inner();
         validate::range(&req)?;
+        if !req.serializable && self.node.is_learner() {
+            return Err(status::not_supported_for_learner());
+        }
         if !req.serializable {
             self.node.read_barrier().await?;
         }
+        let _readable = self.node.store().readable().await;
         let response = if req.range_end.is_empty() {
             // One key is a few lookups in memory or cache (microseconds): answered here,
             // sparing the hand-off to the blocking pool and back, two context switches

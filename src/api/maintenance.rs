@@ -1,5 +1,7 @@
-//! etcdserverpb.Maintenance: Status and Alarm (QuantyKube raises no alarms). The rest
-//! (Defragment, Hash, HashKV, Snapshot, MoveLeader, Downgrade) answer Unimplemented.
+//! etcdserverpb.Maintenance: Status, Alarm (QuantyKube raises no alarms) and
+//! MoveLeader (on the leader; a follower relays it there, where etcd would answer
+//! `not leader`). The rest (Defragment, Hash, HashKV, Snapshot, Downgrade) answer
+//! Unimplemented.
 
 use std::sync::Arc;
 
@@ -9,10 +11,15 @@ use tonic::{Request, Response, Status};
 use super::status;
 use crate::node::Node;
 use crate::proto::etcdserverpb::alarm_request::AlarmAction;
+use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
 use crate::proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse, ResponseHeader, StatusRequest, StatusResponse,
+    AlarmRequest, AlarmResponse, MoveLeaderRequest, MoveLeaderResponse, ResponseHeader,
+    StatusRequest, StatusResponse,
 };
+
+/// How long a leader transfer may take before etcd's timeout error.
+const MOVE_LEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 const STATUS_READ_INDEX_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -60,6 +67,35 @@ impl Maintenance for MaintenanceService {
             db_size_in_use: db_size,
             is_learner,
             ..Default::default()
+        }))
+    }
+
+    async fn move_leader(
+        &self,
+        request: Request<MoveLeaderRequest>,
+    ) -> Result<Response<MoveLeaderResponse>, Status> {
+        let relayed = request.metadata().contains_key(super::cluster::RELAYED);
+        let target = request.get_ref().target_id;
+        if self.node.is_leader() {
+            self.node
+                .member_changes()
+                .move_leader(&self.node, target, MOVE_LEADER_TIMEOUT)
+                .await
+                .map_err(status::from_membership)?;
+        } else if relayed {
+            return Err(status::not_leader());
+        } else {
+            let mut relay = tonic::Request::new(request.into_inner());
+            relay.metadata_mut().insert(
+                super::cluster::RELAYED,
+                tonic::metadata::MetadataValue::from_static("1"),
+            );
+            MaintenanceClient::new(self.node.leader_channel().await?)
+                .move_leader(relay)
+                .await?;
+        }
+        Ok(Response::new(MoveLeaderResponse {
+            header: Some(self.header()?),
         }))
     }
 

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod compat_layer;
 pub mod health;
 pub mod kv;
+pub mod learner_gate;
 pub mod lease;
 pub mod maintenance;
 pub mod status;
@@ -37,13 +38,19 @@ const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 pub fn client_router<H: Health>(
     node: Arc<Node>,
     health: HealthServer<H>,
-) -> Router<tower::layer::util::Stack<compat_layer::CompatLayer, tower::layer::util::Identity>> {
+) -> Router<
+    tower::layer::util::Stack<
+        learner_gate::LearnerGateLayer,
+        tower::layer::util::Stack<compat_layer::CompatLayer, tower::layer::util::Identity>,
+    >,
+> {
     let max = node
         .limits()
         .max_request_bytes
         .saturating_add(GRPC_OVERHEAD_BYTES);
     tonic::transport::Server::builder()
         .layer(compat_layer::CompatLayer)
+        .layer(learner_gate::LearnerGateLayer::new(node.clone()))
         .add_service(KvServer::new(kv::KvService::new(node.clone())).max_decoding_message_size(max))
         .add_service(WatchServer::new(watch::WatchService::new(
             node.clone(),

@@ -7,6 +7,7 @@
 use quantykube_raft::{ReadError, WriteError};
 use tonic::{Code, Status};
 
+use crate::membership::MembershipError;
 use crate::proto::command::command_error::Kind;
 use crate::store::StoreError;
 
@@ -66,6 +67,36 @@ pub fn leader_changed() -> Status {
 }
 pub fn stopped() -> Status {
     Status::unavailable("etcdserver: server stopped")
+}
+
+pub fn not_supported_for_learner() -> Status {
+    // etcd 3.6's code; etcd 3.4 answered Unavailable with the same text.
+    Status::failed_precondition("etcdserver: rpc not supported for learner")
+}
+pub fn not_leader() -> Status {
+    Status::failed_precondition("etcdserver: not leader")
+}
+
+/// etcd's status for each membership refusal (`togRPCError`).
+pub fn from_membership(error: MembershipError) -> Status {
+    use MembershipError as E;
+    let text = format!("etcdserver: {error}");
+    match error {
+        E::IdExists
+        | E::PeerUrlExists
+        | E::NotLearner
+        | E::LearnerNotReady
+        | E::TooManyLearners
+        | E::NotEnoughStarted
+        | E::BadLeaderTransferee => Status::failed_precondition(text),
+        // etcd maps membership.ErrIDRemoved to ErrGRPCMemberNotFound.
+        E::NotFound | E::Removed => Status::not_found("etcdserver: member not found"),
+        E::BadUrls => Status::invalid_argument(text),
+        E::Unhealthy | E::LeaderTransferTimeout | E::Timeout => Status::unavailable(text),
+        E::NoLeader => no_leader(),
+        E::LeaderChanged => leader_changed(),
+        other => internal("membership", &other),
+    }
 }
 
 /// A node-local failure that is not the request's fault; details go to the log, not

@@ -232,3 +232,55 @@ pub fn stage_member_attributes(
     );
     Ok(())
 }
+
+pub fn stage_forget_member_attributes(
+    store: &RevisionStore,
+    batch: &mut WriteBatch,
+    member_id: u64,
+) -> Result<(), StoreError> {
+    batch.delete_cf(store.cf(CF_META)?, member_attributes_key(member_id));
+    Ok(())
+}
+
+/// One record per member the cluster removed: etcd never lets a removed id back.
+const REMOVED_MEMBER_PREFIX: &[u8] = b"removed_member/";
+
+fn removed_member_key(member_id: u64) -> Vec<u8> {
+    let mut key = REMOVED_MEMBER_PREFIX.to_vec();
+    key.extend_from_slice(&member_id.to_be_bytes());
+    key
+}
+
+pub fn stage_removed_member(
+    store: &RevisionStore,
+    batch: &mut WriteBatch,
+    member_id: u64,
+) -> Result<(), StoreError> {
+    batch.put_cf(store.cf(CF_META)?, removed_member_key(member_id), []);
+    Ok(())
+}
+
+pub fn is_removed_member(store: &RevisionStore, member_id: u64) -> Result<bool, StoreError> {
+    Ok(get(store, None, &removed_member_key(member_id))?.is_some())
+}
+
+/// Every id the applied membership changes removed, in id order.
+pub fn read_removed_members(store: &RevisionStore) -> Result<Vec<u64>, StoreError> {
+    let cf = store.cf(CF_META)?;
+    let mut ids = Vec::new();
+    let iter = store.db.iterator_cf(
+        cf,
+        rocksdb::IteratorMode::From(REMOVED_MEMBER_PREFIX, rocksdb::Direction::Forward),
+    );
+    for item in iter {
+        let (key, _) = item?;
+        let Some(raw) = key.strip_prefix(REMOVED_MEMBER_PREFIX) else {
+            break;
+        };
+        let id: [u8; 8] = raw
+            .try_into()
+            .map_err(|_| StoreError::corrupt("bad removed member record"))?;
+        ids.push(u64::from_be_bytes(id));
+    }
+    Ok(ids)
+}

@@ -31,7 +31,7 @@ pub use error::StoreError;
 pub use events::{EventPage, Interest};
 pub use feed::Changes;
 pub use lease::LeaseRecord;
-pub use meta::{read_applied, read_member_attributes, AppliedState};
+pub use meta::{read_applied, read_member_attributes, read_removed_members, AppliedState};
 pub use range::in_range;
 pub use snapshot::{keep_received_snapshot, latest_snapshot, SnapshotInfo};
 pub use write::{ApplyBatch, WriteOutcome};
@@ -86,7 +86,17 @@ pub fn open_database(path: &std::path::Path, extra_cfs: &[&str]) -> Result<Arc<D
 pub struct RevisionStore {
     db: Arc<DB>,
     feed: feed::ChangeFeed,
+    /// Readers hold it shared while they read; a snapshot install holds it alone, so
+    /// that no reader sees the store half rewritten (the state before the install, or
+    /// after it, never a mix). Apply never takes it: installs and applies are already
+    /// ordered by raft.
+    install_gate: Arc<tokio::sync::RwLock<()>>,
 }
+
+/// Held by a reader of the store: no snapshot install runs meanwhile.
+pub type ReadGate = tokio::sync::OwnedRwLockReadGuard<()>;
+/// Held by a snapshot install: no reader reads meanwhile.
+pub type InstallGate = tokio::sync::OwnedRwLockWriteGuard<()>;
 
 impl RevisionStore {
     pub fn new(db: Arc<DB>) -> Result<Self, StoreError> {
@@ -98,7 +108,21 @@ impl RevisionStore {
         Ok(RevisionStore {
             db,
             feed: feed::ChangeFeed::new(),
+            install_gate: Arc::default(),
         })
+    }
+
+    /// Waits until no snapshot install runs, and keeps the next one waiting until the
+    /// returned guard is dropped. Every client-facing read (Range, watch history, lease
+    /// keys) holds one.
+    pub async fn readable(&self) -> ReadGate {
+        self.install_gate.clone().read_owned().await
+    }
+
+    /// Waits until no reader reads, and keeps new readers waiting until the returned
+    /// guard is dropped. Held across a snapshot install.
+    pub async fn exclusive(&self) -> InstallGate {
+        self.install_gate.clone().write_owned().await
     }
 
     pub(crate) fn cf(&self, name: &str) -> Result<&ColumnFamily, StoreError> {

@@ -415,8 +415,14 @@ impl<'s> ApplyBatch<'s> {
                     .map(CommandResultKind::LeaseCheckpoint)
             }
             Some(CommandRequest::PublishMember(attributes)) => {
-                meta::stage_member_attributes(store, &mut txn.staged.batch, attributes)
-                    .map(|()| CommandResultKind::PublishMember(PublishMemberResult {}))
+                // A removed member's late publish must not bring its record back.
+                let removed = meta::is_removed_member(store, attributes.member_id)?;
+                if removed {
+                    Ok(CommandResultKind::PublishMember(PublishMemberResult {}))
+                } else {
+                    meta::stage_member_attributes(store, &mut txn.staged.batch, attributes)
+                        .map(|()| CommandResultKind::PublishMember(PublishMemberResult {}))
+                }
             }
             None => Err(StoreError::corrupt("empty command")),
         };
@@ -472,15 +478,33 @@ impl<'s> ApplyBatch<'s> {
         self.last_log_id = Some(*log_id);
     }
 
-    /// Records a membership change entry.
+    /// Records a membership change entry, and returns the ids it removed: members of
+    /// the previous membership that this one no longer has. They are recorded as removed
+    /// for good, and what they published about themselves is forgotten.
     pub fn membership(
         &mut self,
         log_id: &LogId,
         membership: &StoredMembership,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Vec<u64>, StoreError> {
+        // Membership entries are rare: start from the written store, so that the
+        // previous membership is the one on disk, even if this batch changed it.
+        self.flush()?;
+        let previous = meta::read_applied(self.store)?.membership;
+        let still: std::collections::BTreeSet<u64> =
+            membership.membership().nodes().map(|(id, _)| *id).collect();
+        let removed: Vec<u64> = previous
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .filter(|id| !still.contains(id))
+            .collect();
+        for id in &removed {
+            meta::stage_removed_member(self.store, &mut self.staged.batch, *id)?;
+            meta::stage_forget_member_attributes(self.store, &mut self.staged.batch, *id)?;
+        }
         meta::stage_membership(self.store, &mut self.staged.batch, membership)?;
         self.last_log_id = Some(*log_id);
-        Ok(())
+        Ok(removed)
     }
 
     /// Writes everything staged, with the counters and the last applied log id, in one

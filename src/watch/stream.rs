@@ -351,6 +351,7 @@ impl WatchStream {
             .collect();
         let store = self.outbox.node.store().clone();
         let to = self.position;
+        let readable = store.readable().await;
         let page = self
             .outbox
             .node
@@ -367,6 +368,7 @@ impl WatchStream {
             })
             .await
             .map_err(|error| Stop::Failed(status::internal("watch", &error)))?;
+        drop(readable);
         let page = match page {
             Ok(page) => page,
             Err(StoreError::Compacted) => return self.cancel_compacted().await,

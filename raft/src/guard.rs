@@ -1,0 +1,103 @@
+//! Who belongs to this cluster: its id, the members it removed, and whether this member
+//! learned that it was removed itself.
+//!
+//! The server crate fills it (from its store at start, and from every applied membership
+//! change); the peer server reads it to refuse votes from removed members and to answer
+//! a joining member's question "which cluster is this, and who am I in it"; the peer
+//! network reads a peer's refusal and records that this member was removed. It never
+//! decides membership: raft's applied membership does.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+
+use tokio::sync::watch;
+
+use crate::types::NodeId;
+
+/// What a peer answers to a removed member's request, and what etcd logs when it
+/// learns that it was removed.
+pub const MEMBER_REMOVED: &str = "the member has been permanently removed from the cluster";
+
+/// Shared by one member's peer server and peer network. Cheap to read.
+#[derive(Debug)]
+pub struct ClusterGuard {
+    local_id: NodeId,
+    cluster_id: AtomicU64,
+    removed: RwLock<BTreeSet<NodeId>>,
+    removed_self: watch::Sender<bool>,
+}
+
+impl ClusterGuard {
+    pub fn new(local_id: NodeId, cluster_id: u64) -> Self {
+        ClusterGuard {
+            local_id,
+            cluster_id: AtomicU64::new(cluster_id),
+            removed: RwLock::new(BTreeSet::new()),
+            removed_self: watch::Sender::new(false),
+        }
+    }
+
+    pub fn local_id(&self) -> NodeId {
+        self.local_id
+    }
+
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id.load(Ordering::Acquire)
+    }
+
+    /// Records ids the applied membership removed (at start, from the store; then as
+    /// each removal applies). A removed id never comes back.
+    pub fn add_removed(&self, ids: impl IntoIterator<Item = NodeId>) {
+        let mut removed = self.removed.write().unwrap_or_else(|p| p.into_inner());
+        removed.extend(ids);
+        if removed.contains(&self.local_id) {
+            self.removed_self.send_replace(true);
+        }
+    }
+
+    pub fn is_removed(&self, id: NodeId) -> bool {
+        self.removed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&id)
+    }
+
+    pub fn removed_ids(&self) -> Vec<NodeId> {
+        self.removed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// A peer refused this member because the cluster removed it (this member may never
+    /// have applied its own removal: the leader stops replicating to a removed member).
+    pub fn note_removed_by_peer(&self) {
+        if !self.removed_self.send_replace(true) {
+            tracing::warn!(member_id = %format!("{:x}", self.local_id), "{MEMBER_REMOVED}");
+        }
+    }
+
+    /// Turns true once this member knows it was removed.
+    pub fn removed_self(&self) -> watch::Receiver<bool> {
+        self.removed_self.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn removing_this_member_raises_the_signal_once() {
+        let guard = ClusterGuard::new(7, 1);
+        let signal = guard.removed_self();
+        guard.add_removed([3]);
+        assert!(guard.is_removed(3) && !*signal.borrow());
+        guard.add_removed([7]);
+        assert!(*signal.borrow());
+        assert_eq!(guard.removed_ids(), vec![3, 7]);
+    }
+}

@@ -1,0 +1,393 @@
+//! The leader's side of a membership change: one at a time, checked by etcd's rules
+//! against the applied membership, carried out through openraft's joint consensus.
+//!
+//! Every change holds [`MemberChanges`]'s lock from its check to its commit, and is
+//! proposed with openraft's `LastMembershipLogId` precondition, so that a change is
+//! always decided on the membership it replaces: two callers on one leader queue, and
+//! a change racing one made by a previous leader is re-checked. Each change runs on a
+//! task of its own, so that a client that gives up never leaves a joint configuration
+//! half done; a joint configuration a crashed leader left behind is finished by the
+//! next leader ([`steward`]). Only the leader runs this module; `api::cluster` relays
+//! from followers.
+//!
+//! A voter added to a cluster is answered for as soon as the change is appended, as
+//! etcd answers once its conf change is applied: the new voter counts in the quorum
+//! from then on, and the joint configuration commits once enough of the new
+//! configuration (perhaps the new member itself, when growing from one) runs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::raft::Precondition;
+use openraft::ChangeMembers;
+use quantykube_raft::{Member, NodeId, TypeConfig};
+use tokio::sync::Mutex;
+
+use super::rules::{self, Change, ClusterView, Policy};
+use super::MembershipError;
+use crate::node::Node;
+use crate::store;
+
+/// How recently the leader must have heard from a voter to count it as connected
+/// (etcd's HealthInterval).
+const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+/// How often a change refused because another one is in flight is tried again.
+const IN_PROGRESS_RETRY: Duration = Duration::from_millis(100);
+const IN_PROGRESS_ATTEMPTS: u32 = 50;
+
+/// How long an added voter's request waits for the change to be appended.
+const APPEND_WAIT: Duration = Duration::from_secs(5);
+
+/// Serializes this member's membership changes and knows etcd's policy flags.
+pub struct MemberChanges {
+    lock: Arc<Mutex<()>>,
+    policy: Policy,
+}
+
+/// What a change did, for the response.
+#[derive(Debug)]
+pub struct Changed {
+    /// The member the change was about.
+    pub id: NodeId,
+}
+
+/// Whether to go on here or somewhere else.
+#[derive(Debug)]
+pub enum Outcome {
+    Done(Changed),
+    /// This member handed leadership over (it is the member being removed): the
+    /// request must be sent to the new leader.
+    HandedOver,
+}
+
+impl MemberChanges {
+    pub fn new(policy: Policy) -> Self {
+        MemberChanges {
+            lock: Arc::default(),
+            policy,
+        }
+    }
+
+    /// Carries out `change` on this member, which must lead, on a task of its own.
+    pub async fn apply(
+        &self,
+        node: &Arc<Node>,
+        change: Change,
+    ) -> Result<Outcome, MembershipError> {
+        let lock = self.lock.clone();
+        let policy = self.policy;
+        let task_node = node.clone();
+        let task_change = change.clone();
+        let mut task = tokio::spawn(async move {
+            let _one_at_a_time = lock.lock_owned().await;
+            carry_out(&task_node, task_change, policy).await
+        });
+        let Change::Add {
+            id,
+            is_learner: false,
+            ..
+        } = change
+        else {
+            return task
+                .await
+                .map_err(|e| MembershipError::Raft(e.to_string()))?;
+        };
+        let mut metrics = node.raft().metrics();
+        let appended = metrics.wait_until(|m| {
+            m.membership_config
+                .membership()
+                .voter_ids()
+                .any(|v| v == id)
+        });
+        tokio::select! {
+            result = &mut task => result.map_err(|e| MembershipError::Raft(e.to_string()))?,
+            seen = tokio::time::timeout(APPEND_WAIT, appended) => match seen {
+                Ok(Ok(_)) => Ok(Outcome::Done(Changed { id })),
+                _ => Err(MembershipError::Timeout),
+            },
+        }
+    }
+
+    /// etcd's MoveLeader, on the leader: hands leadership to the voter `target` and
+    /// returns once it leads.
+    pub async fn move_leader(
+        &self,
+        node: &Node,
+        target: NodeId,
+        timeout: Duration,
+    ) -> Result<(), MembershipError> {
+        let view = view(node)?;
+        if !view.voters.contains(&target) {
+            return Err(MembershipError::BadLeaderTransferee);
+        }
+        if target == node.id() {
+            return Ok(());
+        }
+        transfer(node, target, timeout).await
+    }
+
+    /// Finishes, while this member leads, any joint configuration that a previous
+    /// leader left behind (it crashed, or lost leadership, between the two steps).
+    pub async fn steward(&self, node: Arc<Node>) {
+        let mut metrics = node.raft().metrics();
+        loop {
+            let joint_on_leader = |m: &openraft::RaftMetrics<TypeConfig>| {
+                m.current_leader == Some(m.id)
+                    && m.membership_config.membership().get_joint_config().len() > 1
+            };
+            if metrics.wait_until(joint_on_leader).await.is_err() {
+                return;
+            }
+            if let Ok(_alone) = self.lock.clone().try_lock_owned() {
+                if let Err(error) = finish_joint(&node).await {
+                    tracing::warn!(%error, "could not finish a joint configuration yet");
+                }
+            }
+            tokio::time::sleep(IN_PROGRESS_RETRY * 5).await;
+        }
+    }
+}
+
+/// One change, under the lock: check, propose, wait for the commit.
+async fn carry_out(
+    node: &Node,
+    change: Change,
+    policy: Policy,
+) -> Result<Outcome, MembershipError> {
+    if !node.is_leader() {
+        return Err(MembershipError::LeaderChanged);
+    }
+    finish_joint(node).await?;
+    if let Change::Remove { id } = change {
+        if id == node.id() && view(node)?.voters.len() > 1 {
+            hand_over(node).await?;
+            return Ok(Outcome::HandedOver);
+        }
+    }
+    for _ in 0..IN_PROGRESS_ATTEMPTS {
+        let view = view(node)?;
+        rules::check(&view, &change, policy)?;
+        let observed = node
+            .raft()
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .log_id()
+            .to_owned();
+        let (changes, retain) = openraft_change(node, &view, &change)?;
+        let precondition = Precondition::LastMembershipLogId {
+            last_membership_log_id: observed,
+        };
+        match node
+            .raft()
+            .change_membership_if(changes, retain, [precondition])
+            .await
+        {
+            Ok(_) => {
+                let id = change_target(&change);
+                tracing::info!(?change, "applied a configuration change through raft");
+                return Ok(Outcome::Done(Changed { id }));
+            }
+            Err(error) if retry_later(&error) => {
+                tracing::debug!(%error, "membership change must wait");
+                tokio::time::sleep(IN_PROGRESS_RETRY).await;
+            }
+            Err(error) => return Err(from_raft(error)),
+        }
+    }
+    Err(MembershipError::Timeout)
+}
+
+fn change_target(change: &Change) -> NodeId {
+    match change {
+        Change::Add { id, .. }
+        | Change::Remove { id }
+        | Change::Update { id, .. }
+        | Change::Promote { id } => *id,
+    }
+}
+
+/// The openraft change that carries out `change`, and its `retain` flag.
+fn openraft_change(
+    node: &Node,
+    view: &ClusterView,
+    change: &Change,
+) -> Result<(ChangeMembers<NodeId, Member>, bool), MembershipError> {
+    let members = current_members(node);
+    Ok(match change {
+        Change::Add {
+            id,
+            peer_urls,
+            is_learner,
+        } => {
+            let member = Member {
+                name: String::new(),
+                peer_urls: peer_urls.clone(),
+                client_urls: Vec::new(),
+            };
+            let nodes = BTreeMap::from([(*id, member)]);
+            if *is_learner {
+                (ChangeMembers::AddNodes(nodes), false)
+            } else {
+                (ChangeMembers::AddVoters(nodes), false)
+            }
+        }
+        Change::Remove { id } if view.voters.contains(id) => {
+            (ChangeMembers::RemoveVoters(BTreeSet::from([*id])), false)
+        }
+        Change::Remove { id } => (ChangeMembers::RemoveNodes(BTreeSet::from([*id])), false),
+        Change::Update { id, peer_urls } => {
+            let mut member = members.get(id).cloned().unwrap_or_default();
+            member.peer_urls = peer_urls.clone();
+            (
+                ChangeMembers::SetNodes(BTreeMap::from([(*id, member)])),
+                false,
+            )
+        }
+        Change::Promote { id } => (ChangeMembers::AddVoterIds(BTreeSet::from([*id])), false),
+    })
+}
+
+fn current_members(node: &Node) -> BTreeMap<NodeId, Member> {
+    let metrics = node.raft().metrics().borrow_watched().clone();
+    metrics
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(id, m)| (*id, m.clone()))
+        .collect()
+}
+
+/// What the leader knows now, as etcd's rules need it.
+pub fn view(node: &Node) -> Result<ClusterView, MembershipError> {
+    let metrics = node.raft().metrics().borrow_watched().clone();
+    let membership = metrics.membership_config.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
+    let mut view = ClusterView {
+        peer_urls: membership
+            .nodes()
+            .map(|(id, m)| (*id, m.peer_urls.clone()))
+            .collect(),
+        removed: node.guard().removed_ids().into_iter().collect(),
+        leader_index: metrics.last_log_index.unwrap_or(0),
+        ..Default::default()
+    };
+    for id in voters.iter().chain(&learners) {
+        let published = store::read_member_attributes(node.store(), *id)
+            .map_err(|e| MembershipError::Raft(e.to_string()))?;
+        if published.is_some_and(|a| !a.name.is_empty()) {
+            view.started.insert(*id);
+        }
+    }
+    view.connected.insert(node.id());
+    view.ever_connected.insert(node.id());
+    if let Some(heartbeats) = &metrics.heartbeat {
+        for (id, acked) in heartbeats {
+            if let Some(acked) = acked {
+                view.ever_connected.insert(*id);
+                if openraft::Instant::elapsed(&**acked) < HEALTH_INTERVAL {
+                    view.connected.insert(*id);
+                }
+            }
+        }
+    }
+    view.matched.insert(node.id(), view.leader_index);
+    if let Some(replication) = &metrics.replication {
+        for (id, matched) in replication {
+            view.matched
+                .insert(*id, matched.as_ref().map_or(0, |log_id| log_id.index));
+        }
+    }
+    view.voters = voters;
+    view.learners = learners;
+    Ok(view)
+}
+
+/// Finishes a joint configuration a previous leader left behind: the cluster moves to
+/// the configuration that change was heading for.
+async fn finish_joint(node: &Node) -> Result<(), MembershipError> {
+    let metrics = node.raft().metrics().borrow_watched().clone();
+    let configs = metrics
+        .membership_config
+        .membership()
+        .get_joint_config()
+        .clone();
+    if configs.len() < 2 {
+        return Ok(());
+    }
+    let Some(target) = configs.last().cloned() else {
+        return Ok(());
+    };
+    tracing::warn!(
+        ?configs,
+        "finishing a joint configuration a previous leader left"
+    );
+    for _ in 0..IN_PROGRESS_ATTEMPTS {
+        match node
+            .raft()
+            .change_membership(ChangeMembers::ReplaceAllVoters(target.clone()), false)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(error) if retry_later(&error) => tokio::time::sleep(IN_PROGRESS_RETRY).await,
+            Err(error) => return Err(from_raft(error)),
+        }
+    }
+    Err(MembershipError::Timeout)
+}
+
+/// Hands leadership to the most caught-up other voter, before this member is removed.
+async fn hand_over(node: &Node) -> Result<(), MembershipError> {
+    let view = view(node)?;
+    let target = view
+        .voters
+        .iter()
+        .filter(|id| **id != node.id())
+        .max_by_key(|id| (view.connected.contains(id), view.matched.get(id).copied()))
+        .copied()
+        .ok_or(MembershipError::NoLeader)?;
+    tracing::info!(
+        target = %format!("{target:x}"),
+        "handing leadership over before removing this member"
+    );
+    transfer(node, target, node.election_timeout() * 5).await
+}
+
+async fn transfer(node: &Node, target: NodeId, timeout: Duration) -> Result<(), MembershipError> {
+    node.raft()
+        .trigger()
+        .transfer_leader(target)
+        .await
+        .map_err(|e| MembershipError::Raft(e.to_string()))?;
+    let mut metrics = node.raft().metrics();
+    let moved = metrics.wait_until(|m| m.current_leader == Some(target) && m.vote.is_committed());
+    tokio::time::timeout(timeout, moved)
+        .await
+        .map_err(|_| MembershipError::LeaderTransferTimeout)?
+        .map_err(|_| MembershipError::LeaderTransferTimeout)?;
+    Ok(())
+}
+
+fn retry_later(error: &RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> bool {
+    use openraft::error::ChangeMembershipError;
+    matches!(
+        error,
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(
+            ChangeMembershipError::InProgress(_)
+        )) | RaftError::APIError(ClientWriteError::PreconditionFailed(_))
+    )
+}
+
+fn from_raft(error: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> MembershipError {
+    match error {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_))
+        | RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) => {
+            MembershipError::LeaderChanged
+        }
+        other => MembershipError::Raft(other.to_string()),
+    }
+}
