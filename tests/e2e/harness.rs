@@ -28,7 +28,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions, GetOptions, GetResponse, KeyValue, ResponseHeader};
+use etcd_client::{
+    Client, ConnectOptions, GetOptions, GetResponse, KeyValue, Member as EtcdMember,
+    MemberAddOptions, MemberAddResponse, MemberRemoveResponse, ResponseHeader, StatusResponse,
+};
 use tempfile::TempDir;
 
 /// How long a cluster may take to start (or restart) and answer a linearizable read.
@@ -158,6 +161,19 @@ struct Member {
     log_path: PathBuf,
     child: Option<Child>,
     id: u64,
+    /// Set for a member that joins a running cluster (`--initial-cluster-state
+    /// existing`); `None` for the members the cluster started with.
+    join: Option<Join>,
+}
+
+/// How a member that joins a running cluster is started.
+#[derive(Clone, Debug)]
+struct Join {
+    /// `--initial-cluster`, as `etcdctl member add` prints it for the new member.
+    initial_cluster: String,
+    /// Pass name, initial cluster, advertised peer URL and cluster state as the
+    /// `ETCD_*` environment variables `etcdctl member add` prints, instead of flags.
+    via_env: bool,
 }
 
 impl Member {
@@ -173,6 +189,12 @@ pub struct Cluster {
     token: String,
     extra_args: Vec<String>,
     members: Vec<Member>,
+    /// The loopback address and first port of this cluster's port block; members that
+    /// join later take the next free pair of ports in the block.
+    ip: Ipv4Addr,
+    base_port: u16,
+    /// `--initial-cluster` of the members the cluster started with.
+    initial_cluster: String,
 }
 
 /// The output of one etcdctl run.
@@ -229,14 +251,23 @@ impl Cluster {
                 log_path,
                 child: None,
                 id: 0,
+                join: None,
             });
         }
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url))
+            .collect::<Vec<_>>()
+            .join(",");
         let mut cluster = Cluster {
             target: options.target,
             binary,
             token,
             extra_args: options.extra_args,
             members,
+            ip,
+            base_port,
+            initial_cluster,
         };
         for i in 0..cluster.members.len() {
             cluster.spawn_member(i);
@@ -456,36 +487,37 @@ impl Cluster {
 
     fn spawn_member(&mut self, i: usize) {
         assert!(self.members[i].child.is_none(), "member {i} is running");
-        let initial_cluster = self
-            .members
-            .iter()
-            .map(|m| format!("{}={}", m.name, m.peer_url))
-            .collect::<Vec<_>>()
-            .join(",");
         let m = &self.members[i];
+        let (initial_cluster, state, via_env) = match &m.join {
+            Some(join) => (join.initial_cluster.as_str(), "existing", join.via_env),
+            None => (self.initial_cluster.as_str(), "new", false),
+        };
         let log = File::options()
             .create(true)
             .append(true)
             .open(&m.log_path)
             .expect("open member log");
         let mut cmd = Command::new(&self.binary);
-        cmd.arg("--name")
-            .arg(&m.name)
-            .arg("--data-dir")
+        if !via_env {
+            cmd.arg("--name").arg(&m.name);
+        }
+        cmd.arg("--data-dir")
             .arg(m.data_dir())
             .arg("--listen-client-urls")
             .arg(&m.client_url)
             .arg("--advertise-client-urls")
             .arg(&m.client_url)
             .arg("--listen-peer-urls")
-            .arg(&m.peer_url)
-            .arg("--initial-advertise-peer-urls")
-            .arg(&m.peer_url)
-            .arg("--initial-cluster")
-            .arg(&initial_cluster)
-            .arg("--initial-cluster-state")
-            .arg("new")
-            .arg("--initial-cluster-token")
+            .arg(&m.peer_url);
+        if !via_env {
+            cmd.arg("--initial-advertise-peer-urls")
+                .arg(&m.peer_url)
+                .arg("--initial-cluster")
+                .arg(initial_cluster)
+                .arg("--initial-cluster-state")
+                .arg(state);
+        }
+        cmd.arg("--initial-cluster-token")
             .arg(&self.token)
             .args(&self.extra_args)
             .current_dir(m.dir.path())
@@ -497,6 +529,12 @@ impl Cluster {
             if key.to_string_lossy().starts_with("ETCD_") {
                 cmd.env_remove(key);
             }
+        }
+        if via_env {
+            cmd.env("ETCD_NAME", &m.name)
+                .env("ETCD_INITIAL_CLUSTER", initial_cluster)
+                .env("ETCD_INITIAL_ADVERTISE_PEER_URLS", &m.peer_url)
+                .env("ETCD_INITIAL_CLUSTER_STATE", state);
         }
         let child = spawn_tied_to_process(cmd)
             .unwrap_or_else(|e| panic!("spawn {}: {e}", self.binary.display()));
@@ -544,6 +582,254 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// How long MemberAdd and MemberRemove are retried while etcd refuses them as
+/// `etcdserver: unhealthy cluster`: with `--strict-reconfig-check` (the default) etcd
+/// 3.4 requires the leader to have been connected to every voter (to a quorum, for a
+/// removal) for 5 s, so a change right after a member joined is refused for a while.
+pub const RECONFIG_RETRY: Duration = Duration::from_secs(30);
+
+/// etcd's answer while a membership change would act on an unsettled cluster.
+pub const UNHEALTHY_CLUSTER: &str = "etcdserver: unhealthy cluster";
+
+/// Membership changes: members that join a running cluster with
+/// `--initial-cluster-state existing`, and members removed for good.
+///
+/// A joining member is a slot of its own (index, name `m{index}`, the next free pair
+/// of ports in the cluster's block, a fresh data dir); its ID comes from the
+/// server's MemberAdd answer, so callers record it with [`Cluster::set_member_id`].
+impl Cluster {
+    /// Reserves a slot for a new member: name, client and peer URLs, data dir. The
+    /// member is not started and has ID 0 until [`Cluster::set_member_id`].
+    pub fn reserve_member(&mut self) -> usize {
+        let i = self.members.len();
+        let client_port = self.base_port + 2 * i as u16;
+        assert!(
+            2 * i as u32 + 2 <= PORT_BLOCK,
+            "no room in the cluster's port block for member {i}"
+        );
+        for port in [client_port, client_port + 1] {
+            TcpListener::bind(SocketAddrV4::new(self.ip, port))
+                .unwrap_or_else(|e| panic!("port {}:{port} for member {i}: {e}", self.ip));
+        }
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("qk-e2e-m{i}-"))
+            .tempdir()
+            .expect("create member tempdir");
+        let log_path = dir.path().join("member.log");
+        self.members.push(Member {
+            name: format!("m{i}"),
+            dir,
+            client_url: format!("http://{}:{client_port}", self.ip),
+            peer_url: format!("http://{}:{}", self.ip, client_port + 1),
+            log_path,
+            child: None,
+            id: 0,
+            join: None,
+        });
+        i
+    }
+
+    /// Records the ID the server gave member `i` (from MemberAdd's answer).
+    pub fn set_member_id(&mut self, i: usize, id: u64) {
+        self.members[i].id = id;
+    }
+
+    /// Starts member `i` as a member joining a running cluster: `--initial-cluster
+    /// <initial_cluster> --initial-cluster-state existing` and the member's own name and
+    /// URLs, as flags. Does not wait.
+    pub fn start_joining(&mut self, i: usize, initial_cluster: &str) {
+        self.join_as(i, initial_cluster, false);
+    }
+
+    /// As [`Cluster::start_joining`], but name, initial cluster, advertised peer URL and
+    /// cluster state are the `ETCD_*` environment variables `etcdctl member add` prints.
+    pub fn start_joining_via_env(&mut self, i: usize, initial_cluster: &str) {
+        self.join_as(i, initial_cluster, true);
+    }
+
+    fn join_as(&mut self, i: usize, initial_cluster: &str, via_env: bool) {
+        self.kill9(i);
+        self.members[i].join = Some(Join {
+            initial_cluster: initial_cluster.to_owned(),
+            via_env,
+        });
+        self.spawn_member(i);
+    }
+
+    /// Adds a member through MemberAdd sent to member `via` (retried while the server
+    /// answers [`UNHEALTHY_CLUSTER`]), records its ID and starts it with the initial
+    /// cluster of the MemberAdd answer. Does not wait for it; returns its index.
+    pub async fn add_member(&mut self, via: usize, learner: bool) -> usize {
+        let i = self.reserve_member();
+        let peer_url = self.peer_url(i);
+        let mut client = self.client(via).await;
+        let resp = member_add_retrying(&mut client, &peer_url, learner).await;
+        let added = resp.member().expect("MemberAdd answers the new member");
+        assert_eq!(added.peer_urls(), [peer_url.clone()]);
+        assert_eq!(added.is_learner(), learner);
+        self.set_member_id(i, added.id());
+        let initial_cluster = initial_cluster_for(resp.member_list(), added.id(), &self.name(i));
+        self.start_joining(i, &initial_cluster);
+        i
+    }
+
+    /// Gives stopped member `i` a new peer URL (to listen on and advertise) for its next
+    /// start, after a MemberUpdate moved it there.
+    pub fn set_peer_url(&mut self, i: usize, peer_url: &str) {
+        assert!(!self.is_running(i), "member {i} runs");
+        self.members[i].peer_url = peer_url.to_owned();
+    }
+
+    /// Waits until member `i` serves a linearizable read (a voter; learners refuse
+    /// them), failing fast if its process exits.
+    pub async fn wait_member_ready(&mut self, i: usize, timeout: Duration) {
+        self.wait_ready(i, Instant::now() + timeout).await;
+    }
+
+    /// Waits until member `i` answers Maintenance.Status (learners do too) and returns
+    /// that answer, failing fast if its process exits.
+    pub async fn wait_status(&mut self, i: usize, timeout: Duration) -> StatusResponse {
+        let deadline = Instant::now() + timeout;
+        let endpoint = self.endpoint(i);
+        loop {
+            if let Some(status) = self.poll_exit(i) {
+                panic!("{} member {i} exited with {status}", self.target);
+            }
+            let last_error = match quick_connect(&endpoint).await {
+                Ok(mut client) => match client.status().await {
+                    Ok(status) => return status,
+                    Err(e) => e.to_string(),
+                },
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                panic!(
+                    "{} member {i} ({endpoint}) answered no Status within {timeout:?}; last \
+                     error: {last_error}",
+                    self.target
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until the member list that member `via` serves shows member `i` started
+    /// (etcd lists a member without a name until it has published its attributes).
+    pub async fn wait_started(&self, via: usize, i: usize, timeout: Duration) {
+        let id = self.member_id(i);
+        let deadline = Deadline::after(timeout, format!("member {i} ({id:x}) listed as started"));
+        loop {
+            if let Ok(mut client) = quick_connect(&self.endpoint(via)).await {
+                if let Ok(list) = client.member_list().await {
+                    if list
+                        .members()
+                        .iter()
+                        .any(|m| m.id() == id && !m.name().is_empty())
+                    {
+                        return;
+                    }
+                }
+            }
+            deadline.tick().await;
+        }
+    }
+
+    /// Reaps member `i` if its process has exited on its own, returning its status.
+    pub fn poll_exit(&mut self, i: usize) -> Option<ExitStatus> {
+        let status = self.members[i].child.as_mut()?.try_wait().ok()??;
+        self.members[i].child = None;
+        Some(status)
+    }
+
+    /// Waits up to `timeout` for member `i`'s process to exit on its own (as a removed
+    /// member does) and returns its exit status, or `None` if it still runs (or was
+    /// never started).
+    pub async fn wait_exit(&mut self, i: usize, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.poll_exit(i) {
+                return Some(status);
+            }
+            if self.members[i].child.is_none() || Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops member `i` for good: kills it and deletes its data dir (its log stays, and
+    /// its slot, name and URLs can join again).
+    pub fn wipe(&mut self, i: usize) {
+        self.kill9(i);
+        let data = self.members[i].data_dir();
+        if data.exists() {
+            std::fs::remove_dir_all(&data)
+                .unwrap_or_else(|e| panic!("remove {}: {e}", data.display()));
+        }
+    }
+
+    /// The indices of the members whose processes run.
+    pub fn running(&self) -> Vec<usize> {
+        (0..self.members.len())
+            .filter(|&i| self.is_running(i))
+            .collect()
+    }
+}
+
+/// MemberAdd of one peer URL, retried for up to [`RECONFIG_RETRY`] while the server
+/// answers [`UNHEALTHY_CLUSTER`]; panics on any other error.
+pub async fn member_add_retrying(
+    client: &mut Client,
+    peer_url: &str,
+    learner: bool,
+) -> MemberAddResponse {
+    let deadline = Deadline::after(RECONFIG_RETRY, format!("MemberAdd {peer_url}"));
+    loop {
+        let options = if learner {
+            MemberAddOptions::new().with_is_learner()
+        } else {
+            MemberAddOptions::new()
+        };
+        match client.member_add([peer_url], Some(options)).await {
+            Ok(resp) => return resp,
+            Err(etcd_client::Error::GRpcStatus(s))
+                if s.code() == tonic::Code::Unavailable && s.message() == UNHEALTHY_CLUSTER => {}
+            Err(e) => panic!("MemberAdd {peer_url}: {e}"),
+        }
+        deadline.tick().await;
+    }
+}
+
+/// MemberRemove of `id`, retried for up to [`RECONFIG_RETRY`] while the server answers
+/// [`UNHEALTHY_CLUSTER`]; panics on any other error.
+pub async fn member_remove_retrying(client: &mut Client, id: u64) -> MemberRemoveResponse {
+    let deadline = Deadline::after(RECONFIG_RETRY, format!("MemberRemove {id:x}"));
+    loop {
+        match client.member_remove(id).await {
+            Ok(resp) => return resp,
+            Err(etcd_client::Error::GRpcStatus(s))
+                if s.code() == tonic::Code::Unavailable && s.message() == UNHEALTHY_CLUSTER => {}
+            Err(e) => panic!("MemberRemove {id:x}: {e}"),
+        }
+        deadline.tick().await;
+    }
+}
+
+/// The `--initial-cluster` of a member MemberAdd has just added, as `etcdctl member add`
+/// prints it (`ETCD_INITIAL_CLUSTER`): `name=peerURL` for every member of the answer,
+/// the new member (`new_id`) under `new_name`, a member that has not started yet under
+/// its empty name. etcd refuses to join unless this lists every current member.
+pub fn initial_cluster_for(members: &[EtcdMember], new_id: u64, new_name: &str) -> String {
+    members
+        .iter()
+        .flat_map(|m| {
+            let name = if m.id() == new_id { new_name } else { m.name() };
+            m.peer_urls().iter().map(move |url| format!("{name}={url}"))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl Drop for Cluster {
@@ -690,13 +976,17 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// Ports per cluster: a client and a peer port for each of up to 10 members (the
+/// members a cluster starts with and those that join it later).
+const PORT_BLOCK: u32 = 20;
+
 /// Picks a loopback address for this process and a block of `2 * members` ports on it
 /// that are free right now. The address is unique per process id; the port block is
 /// unique per cluster within the process.
 fn allocate_addresses(members: usize) -> (Ipv4Addr, u16, String) {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     const BASE: u32 = 20_000;
-    const BLOCK: u32 = 20;
+    const BLOCK: u32 = PORT_BLOCK;
     // Ports 20000..32000: below Linux's default ephemeral range (32768..60999), so
     // client connections never hold a port a member will bind on restart.
     const BLOCKS: u32 = 600;

@@ -14,6 +14,7 @@ mod kv_put;
 mod kv_range;
 mod kv_txn;
 mod lease;
+mod membership;
 mod quantykube_surface;
 mod request_limits;
 mod revisions;
