@@ -667,7 +667,7 @@ impl Cluster {
         let mut client = self.client(via).await;
         let resp = member_add_retrying(&mut client, &peer_url, learner).await;
         let added = resp.member().expect("MemberAdd answers the new member");
-        assert_eq!(added.peer_urls(), [peer_url.clone()]);
+        assert_eq!(added.peer_urls(), std::slice::from_ref(&peer_url));
         assert_eq!(added.is_learner(), learner);
         self.set_member_id(i, added.id());
         let initial_cluster = initial_cluster_for(resp.member_list(), added.id(), &self.name(i));

@@ -122,8 +122,11 @@ fn ids_of(members: &[Member]) -> BTreeSet<u64> {
     members.iter().map(Member::id).collect()
 }
 
-/// The member list as comparable tuples: (id, name, peer URLs, client URLs, learner).
-fn listing(members: &[Member]) -> Vec<(u64, String, Vec<String>, Vec<String>, bool)> {
+/// A member as MemberList shows it: (id, name, peer URLs, client URLs, learner).
+type Listed = (u64, String, Vec<String>, Vec<String>, bool);
+
+/// The member list as comparable rows, sorted by ID.
+fn listing(members: &[Member]) -> Vec<Listed> {
     let mut rows: Vec<_> = members
         .iter()
         .map(|m| {
@@ -615,7 +618,7 @@ async fn kubeadm_join_learner_sequence() {
     let added = member_add_retrying(&mut client, &peer_url, true).await;
     let member = added.member().expect("the new member").clone();
     assert!(member.is_learner());
-    assert_eq!(member.peer_urls(), [peer_url.clone()]);
+    assert_eq!(member.peer_urls(), std::slice::from_ref(&peer_url));
     assert_eq!(member.name(), "", "not started yet");
     assert_ne!(member.id(), 0);
     assert_eq!(
@@ -747,6 +750,15 @@ async fn kubeadm_join_learner_sequence() {
 // 3. What a learner refuses
 // ---------------------------------------------------------------------------------
 
+/// The code of "etcdserver: rpc not supported for learner": Unavailable in etcd 3.4,
+/// FailedPrecondition in etcd 3.6 and QuantyKube.
+fn learner_refusal_code(target: Target) -> Code {
+    match target {
+        Target::Etcd => Code::Unavailable,
+        Target::Quantykube => Code::FailedPrecondition,
+    }
+}
+
 #[tokio::test]
 async fn learner_restrictions() {
     let mut cluster = Cluster::start(1).await;
@@ -774,8 +786,11 @@ async fn learner_restrictions() {
     assert_eq!(got.header().expect("header").member_id(), learner_id);
     assert!(client.status().await.expect("status").is_learner());
 
-    // Refused: every other unary RPC and every stream.
-    let expected = (Code::Unavailable, LEARNER_REFUSES.to_owned());
+    // Refused: every other unary RPC and every stream. etcd 3.4 answers Unavailable;
+    // etcd 3.6 answers FailedPrecondition (so that clients do not retry on the same
+    // learner), and QuantyKube follows 3.6 (docs/compatibility.md).
+    let code = learner_refusal_code(cluster.target());
+    let expected = (code, LEARNER_REFUSES.to_owned());
     let calls: Vec<(&str, (Code, String))> = vec![
         ("linearizable Range", refused(client.get("k", None).await)),
         ("Put", refused(client.put("k", "w", None).await)),
@@ -825,18 +840,31 @@ async fn learner_restrictions() {
             ),
         ),
         ("HashKV", refused(client.hash_kv(0).await)),
-        ("Snapshot", {
-            match client.snapshot().await {
-                Ok(mut stream) => refused(stream.message().await),
-                Err(e) => refused::<()>(Err(e)),
-            }
-        }),
     ];
     for (what, answer) in calls {
         assert_eq!(answer, expected, "{what} on a learner");
     }
 
-    // grpc.health.v1.Health/Check is a unary RPC like the others: etcd 3.4's learner
+    // Snapshot: etcd 3.4 refuses it on a learner; etcd 3.6 serves it there, and so
+    // does QuantyKube's learner gate (whatever Snapshot itself answers).
+    let answer = match client.snapshot().await {
+        Ok(mut stream) => stream.message().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    match cluster.target() {
+        Target::Etcd => assert_eq!(refused(answer), expected, "Snapshot on a learner"),
+        Target::Quantykube => {
+            if let Err(e) = answer {
+                assert_ne!(
+                    refused::<()>(Err(e)).1,
+                    LEARNER_REFUSES,
+                    "Snapshot on a learner"
+                );
+            }
+        }
+    }
+
+    // grpc.health.v1.Health/Check is a unary RPC like the others: etcd's learner
     // interceptor refuses it too (a learner is not "serving" to a load balancer).
     let mut health = HealthClient::new(raw::channel(&cluster.endpoint(i)).await);
     let answer = health
@@ -844,12 +872,7 @@ async fn learner_restrictions() {
             service: String::new(),
         })
         .await;
-    assert_status(
-        answer,
-        Code::Unavailable,
-        LEARNER_REFUSES,
-        "health Check on a learner",
-    );
+    assert_status(answer, code, LEARNER_REFUSES, "health Check on a learner");
 
     // Nothing was written through the learner.
     let got = voter.get("k", None).await.expect("range on the voter");
@@ -993,19 +1016,32 @@ async fn remove_leader_under_writes() {
     assert_eq!(survivors.len(), 2);
     let mut reader = cluster.client(new_leader).await;
     let revision = current_revision(&mut reader).await;
-    let mut hashes = BTreeSet::new();
+    let mut contents = Vec::new();
     for &i in &survivors {
         wait_applied(&cluster, i, revision, Duration::from_secs(15)).await;
         assert_acks_stored(&cluster, i, PREFIX, &acks).await;
-        let hash = cluster
+        // Serializable at the same revision: each member's own applied store.
+        let options = GetOptions::new()
+            .with_all_keys()
+            .with_serializable()
+            .with_revision(revision);
+        let resp = cluster
             .client(i)
             .await
-            .hash_kv(revision)
+            .get("", Some(options))
             .await
-            .unwrap_or_else(|e| panic!("HashKV on member {i}: {e}"));
-        hashes.insert(hash.hash());
+            .unwrap_or_else(|e| panic!("range on member {i}: {e}"));
+        let rows: Vec<_> = resp
+            .kvs()
+            .iter()
+            .map(|kv| (lossy(kv.key()), lossy(kv.value()), revs(kv)))
+            .collect();
+        contents.push(rows);
     }
-    assert_eq!(hashes.len(), 1, "the survivors' HashKV at {revision} agree");
+    assert!(
+        contents[0] == contents[1],
+        "the survivors' stores at revision {revision} differ"
+    );
 }
 
 // ---------------------------------------------------------------------------------
@@ -1191,7 +1227,7 @@ async fn membership_errors() {
         .iter()
         .find(|m| m.id() == voter_ids[mover])
         .expect("updated member listed");
-    assert_eq!(row.peer_urls(), [moved.clone()]);
+    assert_eq!(row.peer_urls(), std::slice::from_ref(&moved));
     cluster.set_peer_url(mover, &moved);
     cluster.restart(mover).await;
     for i in 0..3 {
@@ -1239,13 +1275,13 @@ async fn member_update_of_a_learner() {
         .iter()
         .find(|m| m.id() == learner_id)
         .expect("updated member listed");
-    assert_eq!(row.peer_urls(), [moved.clone()]);
+    assert_eq!(row.peer_urls(), std::slice::from_ref(&moved));
     let deadline = Deadline::after(Duration::from_secs(10), "every member lists the new URL");
     'poll: loop {
         for i in 0..3 {
             let list = members_of(&cluster, i).await;
             let row = list.iter().find(|m| m.id() == learner_id).expect("listed");
-            if row.peer_urls() != [moved.clone()] {
+            if row.peer_urls() != std::slice::from_ref(&moved) {
                 deadline.tick().await;
                 continue 'poll;
             }
