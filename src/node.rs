@@ -583,7 +583,11 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         WalSyncer::inline(&db)
     };
     let log_store = LogStore::with_syncer(db.clone(), syncer)?;
-    let channels = PeerChannels::new(environment.dialer.clone(), DialOptions::default());
+    let channels = PeerChannels::with_cluster_id(
+        environment.dialer.clone(),
+        DialOptions::default(),
+        cluster_id,
+    );
     let network = PeerNetworkFactory::new(guard.clone(), channels.clone());
     let snapshot_exports = state_machine.snapshot_exports();
     let raft = Raft::new(id, raft_config.clone(), network, log_store, state_machine)

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::dialer::{Dialer, DialerError, TcpDialer};
@@ -85,16 +86,42 @@ pub enum DialError {
     },
 }
 
+/// Metadata naming the sender's cluster on every peer request, as etcd's
+/// `X-Etcd-Cluster-ID` header: a peer of another cluster refuses the request.
+pub const CLUSTER_ID_METADATA: &str = "x-quantykube-cluster-id";
+
+/// Stamps the sender's cluster id on each request of a channel.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ClusterStamp(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for ClusterStamp {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(id) = &self.0 {
+            request
+                .metadata_mut()
+                .insert(CLUSTER_ID_METADATA, id.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A peer client over a pooled channel, stamping this node's cluster id.
+pub(crate) type PeerRpc = PeerClient<InterceptedService<Channel, ClusterStamp>>;
+
 /// A channel from the pool, and the generation to name when reporting it broken.
 #[derive(Clone, Debug)]
 pub(crate) struct PooledChannel {
     pub(crate) channel: Channel,
     generation: u64,
+    stamp: ClusterStamp,
 }
 
 impl PooledChannel {
-    pub(crate) fn client(&self) -> PeerClient<Channel> {
-        PeerClient::new(self.channel.clone())
+    pub(crate) fn client(&self) -> PeerRpc {
+        PeerClient::with_interceptor(self.channel.clone(), self.stamp.clone())
             .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES)
     }
@@ -108,6 +135,7 @@ struct Cached {
 struct Inner {
     dialer: Arc<dyn Dialer>,
     options: DialOptions,
+    stamp: ClusterStamp,
     cache: Mutex<HashMap<(NodeId, Lane), Cached>>,
     next_generation: AtomicU64,
 }
@@ -132,9 +160,26 @@ impl PeerChannels {
             inner: Arc::new(Inner {
                 dialer,
                 options,
+                stamp: ClusterStamp::default(),
                 cache: Mutex::new(HashMap::new()),
                 next_generation: AtomicU64::new(1),
             }),
+        }
+    }
+
+    /// Pooled channels stamp `cluster_id` on every request (call before first use).
+    pub fn with_cluster_id(dialer: Arc<dyn Dialer>, options: DialOptions, cluster_id: u64) -> Self {
+        let channels = Self::new(dialer, options);
+        let stamp = tonic::metadata::MetadataValue::try_from(format!("{cluster_id:x}")).ok();
+        let inner = Inner {
+            dialer: channels.inner.dialer.clone(),
+            options: channels.inner.options.clone(),
+            stamp: ClusterStamp(stamp),
+            cache: Mutex::new(HashMap::new()),
+            next_generation: AtomicU64::new(1),
+        };
+        Self {
+            inner: Arc::new(inner),
         }
     }
 
@@ -197,6 +242,7 @@ impl PeerChannels {
         let pooled = PooledChannel {
             channel,
             generation: self.inner.next_generation.fetch_add(1, Ordering::Relaxed),
+            stamp: self.inner.stamp.clone(),
         };
         tracing::debug!(target_id = target, ?lane, %url, "dialled peer");
         self.lock_cache().insert(

@@ -19,6 +19,10 @@ use crate::types::NodeId;
 /// learns that it was removed.
 pub const MEMBER_REMOVED: &str = "the member has been permanently removed from the cluster";
 
+/// How a peer refuses a request from a member of another cluster (etcd's rafthttp
+/// answers 412 with the same words).
+pub const CLUSTER_ID_MISMATCH: &str = "cluster ID mismatch";
+
 /// Shared by one member's peer server and peer network. Cheap to read.
 #[derive(Debug)]
 pub struct ClusterGuard {

@@ -32,11 +32,13 @@ pub mod runtime;
 pub mod types;
 pub mod wal_sync;
 
-pub use channels::{DialError, DialOptions, Lane, PeerChannels, MAX_PEER_MESSAGE_BYTES};
+pub use channels::{
+    DialError, DialOptions, Lane, PeerChannels, CLUSTER_ID_METADATA, MAX_PEER_MESSAGE_BYTES,
+};
 pub use client::{RaftClient, RaftClientOptions, ReadError, WriteError};
 pub use config::{raft_config, RaftConfigError};
 pub use dialer::{DialFuture, Dialer, DialerError, TcpDialer};
-pub use guard::{ClusterGuard, MEMBER_REMOVED};
+pub use guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_REMOVED};
 pub use join::{fetch_cluster_members, RemoteCluster, RemoteMember};
 pub use log_store::{LogStore, LOG_COLUMN_FAMILIES};
 pub use network::{PeerConnection, PeerNetworkFactory};

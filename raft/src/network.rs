@@ -29,14 +29,12 @@ use openraft::raft::{
 };
 use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RPCTypes, RaftNetworkV2, StorageError};
 use tokio::time::Instant;
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use crate::channels::{Lane, PeerChannels, PooledChannel};
+use crate::channels::{Lane, PeerChannels, PeerRpc, PooledChannel};
 use crate::codec;
-use crate::guard::{ClusterGuard, MEMBER_REMOVED};
+use crate::guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_REMOVED};
 use crate::pb;
-use crate::pb::peer_client::PeerClient;
 use crate::types::{Member, NodeId, Snapshot, SnapshotFile, TypeConfig, Vote};
 
 /// Bytes of snapshot file per InstallSnapshot message.
@@ -113,7 +111,7 @@ impl PeerConnection {
     /// the next one re-dials.
     async fn unary<Resp, F, Fut>(&self, ttl: Duration, call: F) -> Result<Resp, CallError>
     where
-        F: FnOnce(PeerClient<Channel>, Duration) -> Fut,
+        F: FnOnce(PeerRpc, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
         let deadline = Instant::now() + ttl;
@@ -125,6 +123,12 @@ impl PeerConnection {
                 self.channels.discard(self.target, self.lane, &pooled);
                 if status.code() == Code::FailedPrecondition && status.message() == MEMBER_REMOVED {
                     self.guard.note_removed_by_peer();
+                } else if status.message().starts_with(CLUSTER_ID_MISMATCH) {
+                    tracing::warn!(
+                        target_id = %format!("{:x}", self.target),
+                        "request sent was ignored by peer ({})",
+                        status.message()
+                    );
                 }
                 Err(status_error(&status))
             }

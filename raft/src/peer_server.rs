@@ -27,9 +27,10 @@ use tonic::{Request, Response, Status, Streaming};
 
 use openraft::async_runtime::WatchReceiver;
 
+use crate::channels::CLUSTER_ID_METADATA;
 use crate::channels::MAX_PEER_MESSAGE_BYTES;
 use crate::codec;
-use crate::guard::{ClusterGuard, MEMBER_REMOVED};
+use crate::guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_REMOVED};
 use crate::pb;
 use crate::pb::peer_server::{Peer, PeerServer};
 use crate::propose_stream::{self, OutcomeStream};
@@ -167,6 +168,7 @@ where
         &self,
         request: Request<pb::AppendEntriesRequest>,
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
+        self.same_cluster(&request)?;
         let rpc = codec::decode("append entries request", &request.get_ref().request)?;
         let response = self.raft.append_entries(rpc).await.map_err(stopped)?;
         Ok(Response::new(pb::AppendEntriesResponse {
@@ -178,6 +180,7 @@ where
         &self,
         request: Request<pb::RequestVoteRequest>,
     ) -> Result<Response<pb::RequestVoteResponse>, Status> {
+        self.same_cluster(&request)?;
         let rpc: openraft::raft::VoteRequest<TypeConfig> =
             codec::decode("vote request", &request.get_ref().request)?;
         self.refuse_removed(rpc.vote.leader_id().node_id)?;
@@ -191,6 +194,7 @@ where
         &self,
         request: Request<pb::RequestPreVoteRequest>,
     ) -> Result<Response<pb::RequestPreVoteResponse>, Status> {
+        self.same_cluster(&request)?;
         let rpc: openraft::raft::VoteRequest<TypeConfig> =
             codec::decode("pre-vote request", &request.get_ref().request)?;
         self.refuse_removed(rpc.vote.leader_id().node_id)?;
@@ -204,6 +208,7 @@ where
         &self,
         request: Request<Streaming<pb::InstallSnapshotRequest>>,
     ) -> Result<Response<pb::InstallSnapshotResponse>, Status> {
+        self.same_cluster(&request)?;
         let response = self.receive_snapshot(request.into_inner()).await?;
         Ok(Response::new(pb::InstallSnapshotResponse {
             response: response.into(),
@@ -214,6 +219,7 @@ where
         &self,
         request: Request<pb::TransferLeaderRequest>,
     ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        self.same_cluster(&request)?;
         let rpc = codec::decode("transfer leader request", &request.get_ref().request)?;
         let response = self
             .raft
@@ -231,6 +237,7 @@ where
         &self,
         request: Request<Streaming<pb::ProposeCommandsRequest>>,
     ) -> Result<Response<OutcomeStream>, Status> {
+        self.same_cluster(&request)?;
         Ok(Response::new(propose_stream::serve(
             self.raft.clone(),
             request.into_inner(),
@@ -239,8 +246,9 @@ where
 
     async fn read_index(
         &self,
-        _request: Request<pb::ReadIndexRequest>,
+        request: Request<pb::ReadIndexRequest>,
     ) -> Result<Response<pb::ReadIndexResponse>, Status> {
+        self.same_cluster(&request)?;
         let reply = match self.raft.get_read_linearizer(ReadPolicy::ReadIndex).await {
             Ok(linearizer) => pb::ReadIndexResponse {
                 read_log_id: Some(encode("read log id", linearizer.read_log_id().log_id())?.into()),
@@ -294,6 +302,22 @@ impl<SM> PeerService<SM>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
 {
+    /// A request stamped with another cluster's id is refused before raft sees it, so
+    /// that a member pointed at the wrong peers never disturbs this cluster.
+    fn same_cluster<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let Some(sent) = request.metadata().get(CLUSTER_ID_METADATA) else {
+            return Ok(());
+        };
+        let local = format!("{:x}", self.guard.cluster_id());
+        if sent.to_str().is_ok_and(|sent| sent == local) {
+            return Ok(());
+        }
+        Err(Status::failed_precondition(format!(
+            "{CLUSTER_ID_MISMATCH}: local={local}, remote={}",
+            sent.to_str().unwrap_or("?")
+        )))
+    }
+
     /// A member the cluster removed may still campaign (it may never have applied its
     /// own removal); it is told instead, so that it stops for good.
     fn refuse_removed(&self, candidate: NodeId) -> Result<(), Status> {
