@@ -64,6 +64,8 @@ impl KvService {
         read: impl FnOnce(&RevisionStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, Status> {
         let store = self.node.store().clone();
+        // No snapshot install rewrites the store while it is read.
+        let _readable = store.readable().await;
         self.node
             .offload()
             .run(move || read(&store))
@@ -103,11 +105,11 @@ impl Kv for KvService {
         if !req.serializable {
             self.node.read_barrier().await?;
         }
-        let _readable = self.node.store().readable().await;
         let response = if req.range_end.is_empty() {
             // One key is a few lookups in memory or cache (microseconds): answered here,
             // sparing the hand-off to the blocking pool and back, two context switches
             // that cost more than the read.
+            let _readable = self.node.store().readable().await;
             self.node.store().range(&req).map_err(status::from_store)?
         } else {
             self.read(move |store| store.range(&req)).await?
