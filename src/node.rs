@@ -491,6 +491,7 @@ where
         Ok(_) = removed.wait_for(|removed| *removed) => false,
         () = node.clone().publish_attributes() => true,
     };
+    let directory = tokio::spawn(follow_peer_urls(node.clone()));
     let steward = {
         let node = node.clone();
         tokio::spawn(async move { node.member_changes().steward(node.clone()).await })
@@ -523,11 +524,34 @@ where
     let _ = stop_tx.send(true);
     lessor.abort();
     steward.abort();
+    directory.abort();
     if let Err(error) = raft.shutdown().await {
         tracing::warn!(%error, "raft shutdown");
     }
     servers.shutdown().await;
     Ok(())
+}
+
+/// Keeps the peer network's record of where each member listens in step with the
+/// newest membership (see `ClusterGuard::set_members`).
+async fn follow_peer_urls(node: Arc<Node>) {
+    let mut metrics = node.raft.metrics();
+    let mut followed = None;
+    loop {
+        let membership = metrics.borrow_watched().membership_config.clone();
+        // Metrics change with every append; the membership, rarely.
+        if followed != Some(*membership.log_id()) {
+            followed = Some(*membership.log_id());
+            let members = membership
+                .membership()
+                .nodes()
+                .map(|(id, member)| (*id, member.clone()));
+            node.guard.set_members(members);
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Opens this member's store, decides who it is (restart, bootstrap or join: see

@@ -7,13 +7,13 @@
 //! network reads a peer's refusal and records that this member was removed. It never
 //! decides membership: raft's applied membership does.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 
 use tokio::sync::watch;
 
-use crate::types::NodeId;
+use crate::types::{Member, NodeId};
 
 /// What a peer answers to a removed member's request, and what etcd logs when it
 /// learns that it was removed.
@@ -30,6 +30,8 @@ pub struct ClusterGuard {
     cluster_id: AtomicU64,
     removed: RwLock<BTreeSet<NodeId>>,
     removed_self: watch::Sender<bool>,
+    /// The newest membership's member records: where each peer listens now.
+    members: RwLock<BTreeMap<NodeId, Member>>,
 }
 
 impl ClusterGuard {
@@ -39,6 +41,7 @@ impl ClusterGuard {
             cluster_id: AtomicU64::new(cluster_id),
             removed: RwLock::new(BTreeSet::new()),
             removed_self: watch::Sender::new(false),
+            members: RwLock::new(BTreeMap::new()),
         }
     }
 
@@ -82,6 +85,23 @@ impl ClusterGuard {
         if !self.removed_self.send_replace(true) {
             tracing::warn!(member_id = %format!("{:x}", self.local_id), "{MEMBER_REMOVED}");
         }
+    }
+
+    /// Records the newest membership's member records. openraft keeps a replication
+    /// stream (and the peer URL it was opened with) across membership changes, so the
+    /// network reads a peer's current URL here at every dial: a MemberUpdate takes
+    /// effect on the next connection.
+    pub fn set_members(&self, members: impl IntoIterator<Item = (NodeId, Member)>) {
+        *self.members.write().unwrap_or_else(|p| p.into_inner()) = members.into_iter().collect();
+    }
+
+    /// The newest record of member `id`, if the membership has it.
+    pub fn member(&self, id: NodeId) -> Option<Member> {
+        self.members
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
     }
 
     /// Turns true once this member knows it was removed.

@@ -139,10 +139,19 @@ impl PeerConnection {
         }
     }
 
+    /// The target's record as the newest membership has it (its peer URL may have
+    /// changed since openraft opened this connection), else the one openraft gave.
+    fn current_member(&self) -> Member {
+        self.guard
+            .member(self.target)
+            .unwrap_or_else(|| self.member.clone())
+    }
+
     async fn dial(&self, deadline: Instant, ttl: Duration) -> Result<PooledChannel, CallError> {
         match tokio::time::timeout_at(
             deadline,
-            self.channels.get(self.target, &self.member, self.lane),
+            self.channels
+                .get(self.target, &self.current_member(), self.lane),
         )
         .await
         {

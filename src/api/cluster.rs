@@ -84,24 +84,37 @@ impl ClusterService {
     /// Carries out `change` here if this member leads; otherwise (or once this member
     /// handed leadership over) returns the leader to relay the request to.
     async fn on_leader(&self, relayed: bool, change: Change) -> Result<Done, Status> {
+        let changes = self.node.member_changes();
+        changes
+            .precheck(&self.node, &change)
+            .map_err(status::from_membership)?;
+        // A member that handed leadership over relays once more, even a relayed request:
+        // the new leader never hands it back, so this cannot loop.
+        let mut handed_over = false;
         for _ in 0..ATTEMPTS {
             if self.node.is_leader() {
-                match self
-                    .node
-                    .member_changes()
-                    .apply(&self.node, change.clone())
-                    .await
-                {
+                match changes.apply(&self.node, change.clone()).await {
                     Ok(Outcome::Done(_)) => return Ok(Done::Here),
-                    Ok(Outcome::HandedOver) => continue,
+                    Ok(Outcome::HandedOver) => {
+                        handed_over = true;
+                        continue;
+                    }
                     Err(MembershipError::LeaderChanged) if !relayed => continue,
                     Err(error) => return Err(status::from_membership(error)),
                 }
             }
-            if relayed {
+            if relayed && !handed_over {
                 return Err(status::leader_changed());
             }
-            return Ok(Done::Relay(ClusterClient::new(self.leader().await?)));
+            return match self.leader().await {
+                Ok(leader) => Ok(Done::Relay(ClusterClient::new(leader))),
+                // As etcd's member that is not connected to its peers: a change the
+                // quorum protections guard is refused as unhealthy.
+                Err(_) if changes.guards_quorum(&self.node, &change) => {
+                    Err(status::from_membership(MembershipError::Unhealthy))
+                }
+                Err(no_leader) => Err(no_leader),
+            };
         }
         Err(status::leader_changed())
     }

@@ -87,8 +87,10 @@ pub fn from_membership(error: MembershipError) -> Status {
         | E::NotLearner
         | E::LearnerNotReady
         | E::TooManyLearners
-        | E::NotEnoughStarted
         | E::BadLeaderTransferee => Status::failed_precondition(text),
+        // etcd maps this one to a client-side error value, not a status, so grpc-go
+        // sends it as Unknown (every etcd since 3.3); clients match the text.
+        E::NotEnoughStarted => Status::unknown(text),
         // etcd maps membership.ErrIDRemoved to ErrGRPCMemberNotFound.
         E::NotFound | E::Removed => Status::not_found("etcdserver: member not found"),
         E::BadUrls => Status::invalid_argument(text),

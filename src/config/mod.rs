@@ -90,7 +90,8 @@ pub struct Config {
     pub listen_peer_urls: Vec<Url>,
     /// `http://host:port`, spelled as etcd reports them.
     pub initial_advertise_peer_urls: Vec<String>,
-    /// Sorted by name; always contains this member with exactly its advertised peer URLs.
+    /// Sorted by name. For a new member, [`verify_bootstrap`] checks that it has this
+    /// member with exactly its advertised peer URLs.
     pub initial_cluster: Vec<ClusterMember>,
     pub initial_cluster_state: ClusterState,
     pub initial_cluster_token: String,
@@ -303,6 +304,20 @@ where
     })
 }
 
+/// etcd's bootstrap checks of `--name`, `--initial-advertise-peer-urls` and
+/// `--initial-cluster` (`VerifyBootstrap`, `VerifyJoinExisting`), with etcd's messages.
+/// As etcd, the caller runs them only for a member that has no data yet: a member that
+/// has one ignores the bootstrap flags (a member whose peer URLs MemberUpdate changed
+/// restarts with its new URL and an old `--initial-cluster`).
+pub fn verify_bootstrap(config: &Config) -> Result<(), ConfigError> {
+    check_initial_cluster(
+        &config.name,
+        &config.initial_advertise_peer_urls,
+        &config.initial_cluster,
+        config.initial_cluster_state,
+    )
+}
+
 /// Builds the configuration from the explicitly set implemented flags, in the order
 /// etcd validates them, so that the first error is etcd's first error.
 fn resolve(
@@ -394,12 +409,6 @@ fn resolve(
             peer_urls: initial_advertise_peer_urls.clone(),
         }],
     };
-    check_initial_cluster(
-        &name,
-        &initial_advertise_peer_urls,
-        &initial_cluster,
-        initial_cluster_state,
-    )?;
 
     let data_dir = match get("data-dir") {
         Some(s) if !s.value.is_empty() => PathBuf::from(&s.value),

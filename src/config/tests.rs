@@ -52,6 +52,14 @@ fn error(args: &[&str]) -> String {
     error_with(args, &no_env).to_string()
 }
 
+/// The bootstrap check's error for a command line that parses.
+fn bootstrap_error(args: &[&str]) -> String {
+    match verify_bootstrap(&run(args)) {
+        Err(e) => e.to_string(),
+        Ok(()) => panic!("expected a bootstrap error for {args:?}"),
+    }
+}
+
 fn urls(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
@@ -307,17 +315,19 @@ fn initial_cluster_is_parsed_as_etcd_does() {
     assert_eq!(config.initial_cluster_token, "tok");
 
     assert_eq!(
-        error(&["--name=d", "--initial-cluster=a=http://10.0.0.1:2380"]),
+        bootstrap_error(&["--name=d", "--initial-cluster=a=http://10.0.0.1:2380"]),
         r#"couldn't find local name "d" in the initial cluster configuration"#
     );
     assert_eq!(
-        error(&["--name=a", "--initial-cluster=a=http://10.0.0.1:2380"]),
+        bootstrap_error(&["--name=a", "--initial-cluster=a=http://10.0.0.1:2380"]),
         "--initial-cluster has a=http://10.0.0.1:2380 but missing from \
          --initial-advertise-peer-urls=http://localhost:2380 \
          (\"http://localhost:2380\" != \"http://10.0.0.1:2380\")"
     );
     assert_eq!(
-        error(&["--initial-cluster=default=http://localhost:2380,x=http://localhost:2380"]),
+        bootstrap_error(&[
+            "--initial-cluster=default=http://localhost:2380,x=http://localhost:2380"
+        ]),
         "initial cluster default=http://localhost:2380,x=http://localhost:2380 has duplicate url"
     );
     // A joining member is checked for its name only, as etcd does.

@@ -341,9 +341,8 @@ pub(super) fn parse_initial_cluster(setting: &Setting) -> Result<Vec<ClusterMemb
         .collect())
 }
 
-/// etcd's bootstrap checks (`VerifyBootstrap`, `VerifyJoinExisting`). etcd runs them
-/// only when the member has no data yet; we run them at every start, so a restart
-/// needs a consistent `--initial-cluster` too. etcd resolves host names before
+/// etcd's bootstrap checks (`VerifyBootstrap`, `VerifyJoinExisting`), run only when the
+/// member has no data yet (see `verify_bootstrap`). etcd resolves host names before
 /// comparing advertised URLs with the cluster's; we compare them as written.
 pub(super) fn check_initial_cluster(
     name: &str,

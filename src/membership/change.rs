@@ -38,6 +38,8 @@ const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 const IN_PROGRESS_RETRY: Duration = Duration::from_millis(100);
 const IN_PROGRESS_ATTEMPTS: u32 = 50;
 
+/// How long a change waits for the one before it.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
 /// How long an added voter's request waits for the change to be appended.
 const APPEND_WAIT: Duration = Duration::from_secs(5);
 
@@ -71,6 +73,32 @@ impl MemberChanges {
         }
     }
 
+    /// Checks `change` against what this member knows, before it is queued here or
+    /// relayed to the leader (which checks again, knowing more).
+    pub fn precheck(&self, node: &Node, change: &Change) -> Result<(), MembershipError> {
+        rules::check(&view(node)?, change, self.policy)
+    }
+
+    /// True when `--strict-reconfig-check` guards `change`'s effect on the quorum: a
+    /// change the cluster must not take without an active quorum.
+    pub fn guards_quorum(&self, node: &Node, change: &Change) -> bool {
+        let voter = |id: &NodeId| {
+            node.raft()
+                .metrics()
+                .borrow_watched()
+                .membership_config
+                .membership()
+                .voter_ids()
+                .any(|v| v == *id)
+        };
+        self.policy.strict
+            && match change {
+                Change::Add { is_learner, .. } => !is_learner,
+                Change::Remove { id } => voter(id),
+                _ => false,
+            }
+    }
+
     /// Carries out `change` on this member, which must lead, on a task of its own.
     pub async fn apply(
         &self,
@@ -82,7 +110,10 @@ impl MemberChanges {
         let task_node = node.clone();
         let task_change = change.clone();
         let mut task = tokio::spawn(async move {
-            let _one_at_a_time = lock.lock_owned().await;
+            let Ok(_one_at_a_time) = tokio::time::timeout(LOCK_WAIT, lock.lock_owned()).await
+            else {
+                return Err(MembershipError::Timeout);
+            };
             carry_out(&task_node, task_change, policy).await
         });
         let Change::Add {
@@ -268,6 +299,7 @@ pub fn view(node: &Node) -> Result<ClusterView, MembershipError> {
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
     let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
     let mut view = ClusterView {
+        leader: node.is_leader(),
         peer_urls: membership
             .nodes()
             .map(|(id, m)| (*id, m.peer_urls.clone()))

@@ -48,6 +48,9 @@ pub enum MembershipError {
          add this member with `etcdctl member add` first"
     )]
     NoMatchingMember(String),
+    /// etcd's bootstrap check of the flags, for a member with no data yet.
+    #[error("{0}")]
+    Bootstrap(String),
     #[error("member identity: {0}")]
     Identity(String),
 }

@@ -111,6 +111,8 @@ pub async fn decide(
         write_identity(&config.data_dir, identity)?;
         return Ok(Start::Restart(identity));
     }
+    crate::config::verify_bootstrap(config)
+        .map_err(|e| MembershipError::Bootstrap(e.to_string()))?;
     let start = match config.initial_cluster_state {
         ClusterState::New => Start::Bootstrap(bootstrap_identity(config)?),
         ClusterState::Existing => Start::Join(join_identity(config, dialer).await?),

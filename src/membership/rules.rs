@@ -14,9 +14,15 @@ use super::MembershipError;
 /// A promotion needs the learner's log this close to the leader's (etcd's readyPercent).
 pub const PROMOTE_READY_FRACTION: f64 = 0.9;
 
-/// The leader's view of the applied membership when a change is asked for.
+/// A member's view of the applied membership when a change is asked for. Only the
+/// leader knows whom it is connected to and how far each member's log matches; a
+/// follower checks the rest before it relays a request, as etcd checks on the member
+/// that received it.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterView {
+    /// True on the leader: `connected`, `ever_connected`, `leader_index` and `matched`
+    /// are known.
+    pub leader: bool,
     pub voters: BTreeSet<NodeId>,
     pub learners: BTreeSet<NodeId>,
     pub peer_urls: BTreeMap<NodeId, Vec<String>>,
@@ -101,7 +107,7 @@ pub fn check(view: &ClusterView, change: &Change, policy: Policy) -> Result<(), 
                 if !restoring_from_one && started < members.div_ceil(2) + 1 {
                     return Err(MembershipError::NotEnoughStarted);
                 }
-                if !view.voters.iter().all(|v| view.connected.contains(v)) {
+                if view.leader && !view.voters.iter().all(|v| view.connected.contains(v)) {
                     return Err(MembershipError::Unhealthy);
                 }
             }
@@ -126,7 +132,7 @@ pub fn check(view: &ClusterView, change: &Change, policy: Policy) -> Result<(), 
                     return Err(MembershipError::NotEnoughStarted);
                 }
                 // A member that was never reached is not part of the active quorum.
-                if view.ever_connected.contains(id) {
+                if view.leader && view.ever_connected.contains(id) {
                     let active = view.voters.intersection(&view.connected).count();
                     if active.saturating_sub(1) < 1 + (view.voters.len() - 1) / 2 {
                         return Err(MembershipError::Unhealthy);
@@ -155,15 +161,18 @@ pub fn check(view: &ClusterView, change: &Change, policy: Policy) -> Result<(), 
         }
         Change::Promote { id } => {
             // isLearnerReady first: the leader's progress for the member.
-            let Some(matched) = view.matched.get(id) else {
-                return Err(if view.removed.contains(id) {
-                    MembershipError::Removed
-                } else {
-                    MembershipError::NotFound
-                });
+            let not_found = if view.removed.contains(id) {
+                MembershipError::Removed
+            } else {
+                MembershipError::NotFound
             };
-            if (*matched as f64) < (view.leader_index as f64) * PROMOTE_READY_FRACTION {
-                return Err(MembershipError::LearnerNotReady);
+            if view.leader {
+                let matched = view.matched.get(id).ok_or(not_found)?;
+                if (*matched as f64) < (view.leader_index as f64) * PROMOTE_READY_FRACTION {
+                    return Err(MembershipError::LearnerNotReady);
+                }
+            } else if !view.is_member(*id) {
+                return Err(not_found);
             }
             if policy.strict {
                 // IsReadyToPromoteMember: the learner counts, as started.
@@ -197,6 +206,7 @@ mod tests {
     fn three() -> ClusterView {
         let ids = [1, 2, 3];
         ClusterView {
+            leader: true,
             voters: ids.into(),
             peer_urls: ids
                 .iter()
