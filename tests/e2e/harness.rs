@@ -325,6 +325,11 @@ impl Cluster {
         self.members.iter().position(|m| m.id == id)
     }
 
+    /// Member `i`'s data dir (`--data-dir`).
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.members[i].data_dir()
+    }
+
     /// The log file (stdout and stderr) of member `i`.
     pub fn log_path(&self, i: usize) -> PathBuf {
         self.members[i].log_path.clone()
@@ -586,8 +591,9 @@ impl Cluster {
 
 /// How long MemberAdd and MemberRemove are retried while etcd refuses them as
 /// `etcdserver: unhealthy cluster`: with `--strict-reconfig-check` (the default) etcd
-/// 3.4 requires the leader to have been connected to every voter (to a quorum, for a
-/// removal) for 5 s, so a change right after a member joined is refused for a while.
+/// 3.4 requires the member handling the change to have been connected to every voter
+/// (to a quorum, for a removal) for 5 s, so a change right after the cluster started or
+/// a member joined is refused for a while.
 pub const RECONFIG_RETRY: Duration = Duration::from_secs(30);
 
 /// etcd's answer while a membership change would act on an unsettled cluster.
