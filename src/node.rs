@@ -564,6 +564,9 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     revision_store.resume_compaction()?;
     revision_store.ensure_latest_index()?;
     let has_data = store::read_applied(&revision_store)?.last_applied.is_some();
+    // With --discovery-srv, a member with no data takes its initial cluster from DNS.
+    let discovered = crate::membership::discovery::bootstrap_config(config, has_data).await?;
+    let config = &*discovered;
     let start = join::decide(config, has_data, environment.dialer.as_ref()).await?;
     let join::Identity {
         member_id: id,

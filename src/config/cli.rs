@@ -93,11 +93,18 @@ pub(super) struct Cli {
     /// Maximum number of learners in the cluster at once [default: 1]
     #[arg(long, value_name = "N")]
     max_learners: Option<String>,
+    /// DNS domain whose SRV records (_etcd-server._tcp.<domain>) list the initial
+    /// cluster, instead of --initial-cluster
+    #[arg(long, value_name = "DOMAIN")]
+    discovery_srv: Option<String>,
+    /// Service name to query when using DNS discovery: _etcd-server-<name>._tcp.<domain>
+    #[arg(long, value_name = "NAME")]
+    discovery_srv_name: Option<String>,
 }
 
 impl Cli {
     /// The given values, by etcd flag name.
-    pub(super) fn into_values(self) -> [(&'static str, Option<String>); 22] {
+    pub(super) fn into_values(self) -> [(&'static str, Option<String>); 24] {
         [
             ("name", self.name),
             ("data-dir", self.data_dir),
@@ -133,6 +140,8 @@ impl Cli {
             ("etcd-version", self.etcd_version),
             ("strict-reconfig-check", self.strict_reconfig_check),
             ("max-learners", self.max_learners),
+            ("discovery-srv", self.discovery_srv),
+            ("discovery-srv-name", self.discovery_srv_name),
         ]
     }
 }

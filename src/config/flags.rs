@@ -108,6 +108,8 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("etcd-version", Text, Implemented),
     flag("strict-reconfig-check", Bool, Implemented),
     flag("max-learners", Int, Implemented),
+    flag("discovery-srv", Text, Implemented),
+    flag("discovery-srv-name", Text, Implemented),
     flag("version", Bool, Implemented),
     // Member tuning.
     flag("max-snapshots", Uint, PERF),
@@ -208,8 +210,6 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("discovery", Text, REFUSED),
     flag("discovery-fallback", Text, only("exit")),
     flag("discovery-proxy", Text, REFUSED),
-    flag("discovery-srv", Text, REFUSED),
-    flag("discovery-srv-name", Text, REFUSED),
     flag("discovery-endpoints", Text, REFUSED),
     flag("discovery-token", Text, REFUSED),
     flag("discovery-dial-timeout", Dur, only("2s")),

@@ -73,6 +73,9 @@ const DATA_DIR_SUFFIX: &str = ".quantykube";
 const DEFAULT_CLIENT_URLS: &str = "http://localhost:2379";
 const DEFAULT_PEER_URLS: &str = "http://localhost:2380";
 const DEFAULT_CLUSTER_TOKEN: &str = "etcd-cluster";
+/// etcd 3.6's `ErrConflictBootstrapFlags` (3.4 does not name --discovery-endpoints).
+const CONFLICTING_BOOTSTRAP_FLAGS: &str = "multiple discovery or bootstrap flags are set. \
+    Choose one of \"initial-cluster\", \"discovery\", \"discovery-endpoints\" or \"discovery-srv\"";
 
 /// Everything a node needs from its command line and `ETCD_*` environment.
 ///
@@ -91,7 +94,9 @@ pub struct Config {
     /// `http://host:port`, spelled as etcd reports them.
     pub initial_advertise_peer_urls: Vec<String>,
     /// Sorted by name. For a new member, [`verify_bootstrap`] checks that it has this
-    /// member with exactly its advertised peer URLs.
+    /// member with exactly its advertised peer URLs. Empty with `--discovery-srv` (or
+    /// `--discovery-srv-name`) and no `--initial-cluster`: the start path fills it from
+    /// DNS SRV records (`membership::discovery`), since this module never resolves names.
     pub initial_cluster: Vec<ClusterMember>,
     pub initial_cluster_state: ClusterState,
     pub initial_cluster_token: String,
@@ -117,6 +122,11 @@ pub struct Config {
     pub strict_reconfig_check: bool,
     /// `--max-learners`: how many learners the cluster may have at once.
     pub max_learners: usize,
+    /// `--discovery-srv`: the DNS domain whose SRV records list the initial cluster
+    /// (`None` when unset or empty). Never set together with `--initial-cluster`.
+    pub discovery_srv: Option<String>,
+    /// `--discovery-srv-name`: appended as `-<name>` to the SRV services looked up.
+    pub discovery_srv_name: Option<String>,
 }
 
 /// One `name=url` group of `--initial-cluster`; a name given several times has several URLs.
@@ -371,6 +381,14 @@ fn resolve(
         },
     };
 
+    // etcd counts an empty value as unset.
+    let non_empty = |flag: &str| get(flag).map(|s| s.value.clone()).filter(|v| !v.is_empty());
+    let discovery_srv = non_empty("discovery-srv");
+    let discovery_srv_name = non_empty("discovery-srv-name");
+    if discovery_srv.is_some() && non_empty("initial-cluster").is_some() {
+        return Err(ConfigError::Invalid(CONFLICTING_BOOTSTRAP_FLAGS.into()));
+    }
+
     let heartbeat_ms = uint_setting(get("heartbeat-interval"), 100)?;
     let election_ms = uint_setting(get("election-timeout"), 1000)?;
     if heartbeat_ms == 0 {
@@ -399,6 +417,9 @@ fn resolve(
     let name = text("name", DEFAULT_NAME);
     let initial_cluster = match get("initial-cluster") {
         Some(s) => parse_initial_cluster(s)?,
+        // etcd clears its default initial cluster once a discovery flag is set: the SRV
+        // records give it (and with only --discovery-srv-name, nothing does).
+        None if discovery_srv.is_some() || discovery_srv_name.is_some() => Vec::new(),
         None => vec![ClusterMember {
             // etcd builds its default from the name, falling back to "default" when empty.
             name: if name.is_empty() {
@@ -488,6 +509,8 @@ fn resolve(
         etcd_version,
         strict_reconfig_check,
         max_learners,
+        discovery_srv,
+        discovery_srv_name,
     })
 }
 

@@ -342,6 +342,57 @@ fn initial_cluster_is_parsed_as_etcd_does() {
 }
 
 #[test]
+fn discovery_srv_replaces_the_initial_cluster_as_etcd_does() {
+    let config = run(&[
+        "--name=m1",
+        "--initial-advertise-peer-urls=http://m1.qk.test:2380",
+        "--discovery-srv=qk.test",
+        "--discovery-srv-name=c1",
+    ]);
+    assert_eq!(config.discovery_srv.as_deref(), Some("qk.test"));
+    assert_eq!(config.discovery_srv_name.as_deref(), Some("c1"));
+    // The SRV records give the cluster, in the start path: the parser never resolves.
+    assert!(config.initial_cluster.is_empty());
+    let config = run_with(&[], &env_of(&[("ETCD_DISCOVERY_SRV", "qk.test")])).0;
+    assert_eq!(config.discovery_srv.as_deref(), Some("qk.test"));
+    // Empty values are unset, as in etcd.
+    let config = run(&["--discovery-srv=", "--discovery-srv-name="]);
+    assert_eq!(
+        (config.discovery_srv, config.discovery_srv_name),
+        (None, None)
+    );
+    assert_eq!(config.initial_cluster.len(), 1);
+
+    let conflict = "multiple discovery or bootstrap flags are set. Choose one of \
+                    \"initial-cluster\", \"discovery\", \"discovery-endpoints\" or \"discovery-srv\"";
+    assert_eq!(
+        error(&[
+            "--discovery-srv=qk.test",
+            "--initial-cluster=default=http://localhost:2380"
+        ]),
+        conflict
+    );
+    assert_eq!(
+        error_with(
+            &["--discovery-srv=qk.test"],
+            &env_of(&[("ETCD_INITIAL_CLUSTER", "a=http://10.0.0.1:2380")])
+        )
+        .to_string(),
+        conflict
+    );
+    // An explicitly empty --initial-cluster is no bootstrap flag.
+    assert!(run(&["--discovery-srv=qk.test", "--initial-cluster="])
+        .initial_cluster
+        .is_empty());
+    // etcd clears its default initial cluster for --discovery-srv-name alone too, and
+    // then finds no member of that name.
+    assert_eq!(
+        bootstrap_error(&["--name=m1", "--discovery-srv-name=c1"]),
+        r#"couldn't find local name "m1" in the initial cluster configuration"#
+    );
+}
+
+#[test]
 fn bad_cluster_state_is_refused() {
     assert_eq!(
         error(&["--initial-cluster-state", "old"]),

@@ -50,7 +50,7 @@ impl Start {
     }
 }
 
-fn read_identity(data_dir: &Path) -> Result<Option<Identity>, MembershipError> {
+pub(super) fn read_identity(data_dir: &Path) -> Result<Option<Identity>, MembershipError> {
     match std::fs::read(data_dir.join(IDENTITY_FILE)) {
         Ok(raw) => serde_json::from_slice(&raw)
             .map(Some)

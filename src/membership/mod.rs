@@ -8,6 +8,7 @@
 //! requests (`api::cluster` does) and never writes the store outside the raft log.
 
 pub mod change;
+pub mod discovery;
 mod error;
 pub mod join;
 pub mod rules;
