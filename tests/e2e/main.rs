@@ -5,6 +5,7 @@ mod harness;
 mod raw;
 
 mod bench_tool;
+mod cluster_boundaries;
 mod cluster_info;
 mod differential;
 mod etcdctl;
@@ -18,5 +19,6 @@ mod membership;
 mod quantykube_surface;
 mod request_limits;
 mod revisions;
+mod snapshot_install;
 mod three_node;
 mod watch;
