@@ -8,6 +8,7 @@ mod bench_tool;
 mod cluster_boundaries;
 mod cluster_info;
 mod differential;
+mod dns;
 mod etcdctl;
 mod kv_compact;
 mod kv_delete;
