@@ -520,6 +520,7 @@ where
     if *removed.borrow() {
         // As etcd: the member stops for good, and its process exits cleanly.
         tracing::warn!(member_id = %format!("{:x}", node.id), "{MEMBER_REMOVED}");
+        tracing::warn!("the data-dir used by this member must be removed.");
     }
     let _ = stop_tx.send(true);
     lessor.abort();

@@ -31,9 +31,10 @@ use super::MembershipError;
 use crate::node::Node;
 use crate::store;
 
-/// How recently the leader must have heard from a voter to count it as connected
-/// (etcd's HealthInterval).
-const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+/// etcd counts a voter as connected once its connection has been up for 5 s and
+/// until it drops. openraft tells the leader when each voter last acknowledged it, so a
+/// voter counts as connected while it acknowledged within one election timeout: a
+/// voter that stops answering stops counting well before anyone would elect without it.
 /// How often a change refused because another one is in flight is tried again.
 const IN_PROGRESS_RETRY: Duration = Duration::from_millis(100);
 const IN_PROGRESS_ATTEMPTS: u32 = 50;
@@ -316,12 +317,10 @@ pub fn view(node: &Node) -> Result<ClusterView, MembershipError> {
         }
     }
     view.connected.insert(node.id());
-    view.ever_connected.insert(node.id());
     if let Some(heartbeats) = &metrics.heartbeat {
         for (id, acked) in heartbeats {
             if let Some(acked) = acked {
-                view.ever_connected.insert(*id);
-                if openraft::Instant::elapsed(&**acked) < HEALTH_INTERVAL {
+                if openraft::Instant::elapsed(&**acked) < node.election_timeout() {
                     view.connected.insert(*id);
                 }
             }

@@ -107,11 +107,12 @@ async fn discover<L: Lookups>(
         ("http", format!("etcd-server{suffix}")),
     ] {
         let result = get_cluster(dns, scheme, &service, &config.name, domain, &own).await;
+        let nodes: Vec<String> = result.iter().flatten().map(node).collect();
         tracing::info!(
             service_scheme = scheme,
             service_name = %service,
             discovery_srv = domain,
-            found = ?result.as_ref().map(|f| f.iter().map(node).collect::<Vec<_>>()).unwrap_or_default(),
+            found = ?nodes,
             error = result.as_ref().err().map(String::as_str).unwrap_or(""),
             "get cluster for {service} SRV"
         );

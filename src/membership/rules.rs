@@ -20,7 +20,7 @@ pub const PROMOTE_READY_FRACTION: f64 = 0.9;
 /// that received it.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterView {
-    /// True on the leader: `connected`, `ever_connected`, `leader_index` and `matched`
+    /// True on the leader: `connected`, `leader_index` and `matched`
     /// are known.
     pub leader: bool,
     pub voters: BTreeSet<NodeId>,
@@ -32,8 +32,6 @@ pub struct ClusterView {
     pub removed: BTreeSet<NodeId>,
     /// Voters the leader heard from recently (itself included).
     pub connected: BTreeSet<NodeId>,
-    /// Voters the leader has ever heard from (itself included).
-    pub ever_connected: BTreeSet<NodeId>,
     /// The leader's last log index, and each member's matched index.
     pub leader_index: u64,
     pub matched: BTreeMap<NodeId, u64>,
@@ -131,8 +129,9 @@ pub fn check(view: &ClusterView, change: &Change, policy: Policy) -> Result<(), 
                 if started < members / 2 + 1 {
                     return Err(MembershipError::NotEnoughStarted);
                 }
-                // A member that was never reached is not part of the active quorum.
-                if view.leader && view.ever_connected.contains(id) {
+                // A member that is down is not part of the active quorum: removing it
+                // is safe (etcd's ActiveSince is zero for it).
+                if view.leader && view.connected.contains(id) {
                     let active = view.voters.intersection(&view.connected).count();
                     if active.saturating_sub(1) < 1 + (view.voters.len() - 1) / 2 {
                         return Err(MembershipError::Unhealthy);
@@ -214,7 +213,6 @@ mod tests {
                 .collect(),
             started: ids.into(),
             connected: ids.into(),
-            ever_connected: ids.into(),
             leader_index: 100,
             matched: ids.iter().map(|id| (*id, 100)).collect(),
             ..Default::default()

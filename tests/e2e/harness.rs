@@ -474,6 +474,14 @@ impl Cluster {
         run_etcdctl(&self.endpoint(i), args, "").await
     }
 
+    /// Runs etcdctl against member `i` only, its endpoint given as `host:port`, as
+    /// etcdctl 3.4's per-endpoint commands need with QuantyKube (docs/compatibility.md,
+    /// known differences).
+    pub async fn etcdctl_on_host_port(&self, i: usize, args: &[&str]) -> CmdOutput {
+        let endpoint = self.endpoint(i);
+        run_etcdctl(endpoint.trim_start_matches("http://"), args, "").await
+    }
+
     /// The last lines of every member's log, for failure messages.
     pub fn log_tails(&self) -> String {
         let mut out = String::new();
