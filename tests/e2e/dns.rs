@@ -744,7 +744,7 @@ fn srv_flags(extra: &[&str]) -> Vec<String> {
 
 /// Three members started with only `--discovery-srv` form a cluster. m3 advertises
 /// its IP, which its SRV target resolves to: it is found by address, and takes the SRV
-/// URL as its peer URL.
+/// URL as its peer URL. A member restarted with data does not look DNS up again.
 async fn srv_cluster(ns: &Netns, scheme: &'static str, extra: &[&str]) {
     let mut members = Members::new(ns);
     for i in 0..3 {
@@ -791,6 +791,22 @@ async fn srv_cluster(ns: &Netns, scheme: &'static str, extra: &[&str]) {
     put(&members.endpoint(2), "from-srv", "1").await.unwrap();
     assert_eq!(
         read(&members.endpoint(0), "from-srv")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("1")
+    );
+
+    // A member with data ignores the bootstrap flags: it restarts even where its SRV
+    // records are gone (the last --discovery-srv-name wins, and has none).
+    members.kill(0);
+    members.members[0]
+        .flags
+        .push("--discovery-srv-name=missing".into());
+    members.spawn(0);
+    members.wait_ready(0, Instant::now() + START_BOUND).await;
+    assert_eq!(
+        local_value(&members.endpoint(0), "from-srv")
             .await
             .unwrap()
             .as_deref(),
