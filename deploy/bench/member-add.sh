@@ -44,15 +44,21 @@ add_member() {
     --initial-cluster "$cluster" --initial-cluster-state existing --initial-cluster-token member-add \
     --quota-backend-bytes 8589934592 >"$WORK/m4.log" 2>&1 &
   pids+=($!)
-  (
-    until ETCDCTL_API=3 etcdctl --endpoints 127.0.0.1:42379 --command-timeout=1s get /probe \
-      >/dev/null 2>&1; do sleep 0.1; done
-    echo $(( ($(date +%s%N) - start) / 1000000 )) >"$WORK/joined_ms"
+  ( # bounded: gives up after 120 s
+    for _ in $(seq 1200); do
+      if ETCDCTL_API=3 etcdctl --endpoints 127.0.0.1:42379 --command-timeout=1s get /probe \
+        >/dev/null 2>&1; then
+        echo $(( ($(date +%s%N) - start) / 1000000 )) >"$WORK/joined_ms"
+        break
+      fi
+      sleep 0.1
+    done
     if [ -n "${LEARNER:-}" ]; then
       id=$(ctl member list | awk -F', ' '$3 == "m4" {print $1}')
-      until ctl member promote "$id" >/dev/null 2>&1; do sleep 0.2; done
+      for _ in $(seq 300); do ctl member promote "$id" >/dev/null 2>&1 && break; sleep 0.2; done
     fi
   ) &
+  pids+=($!)
 }
 
 before=() after=()

@@ -73,12 +73,7 @@ impl ClusterService {
     }
 
     fn header(&self) -> Result<ResponseHeader, Status> {
-        let revision = self
-            .node
-            .store()
-            .current_revision()
-            .map_err(status::from_store)?;
-        Ok(self.node.header_at(revision))
+        super::current_header(&self.node)
     }
 
     /// Carries out `change` here if this member leads; otherwise (or once this member

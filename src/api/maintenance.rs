@@ -33,12 +33,7 @@ impl MaintenanceService {
     }
 
     fn header(&self) -> Result<ResponseHeader, Status> {
-        let revision = self
-            .node
-            .store()
-            .current_revision()
-            .map_err(status::from_store)?;
-        Ok(self.node.header_at(revision))
+        super::current_header(&self.node)
     }
 }
 

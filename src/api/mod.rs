@@ -30,6 +30,18 @@ use crate::proto::etcdserverpb::lease_server::LeaseServer;
 use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::proto::etcdserverpb::watch_server::WatchServer;
 
+/// A response header at this member's current revision, for answers that carry no
+/// revision of their own (Cluster, Maintenance).
+pub(crate) fn current_header(
+    node: &Node,
+) -> Result<crate::proto::etcdserverpb::ResponseHeader, tonic::Status> {
+    let revision = node
+        .store()
+        .current_revision()
+        .map_err(status::from_store)?;
+    Ok(node.header_at(revision))
+}
+
 /// gRPC allows this much beyond `--max-request-bytes` for framing, as etcd does, so that
 /// a too-large request is answered with etcd's own error rather than a transport one.
 const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
