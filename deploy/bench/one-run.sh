@@ -10,7 +10,7 @@
 #        TOTAL=400000 deploy/bench/one-run.sh          # load that many distinct keys instead
 #        SERVER=$(command -v etcd) deploy/bench/one-run.sh   # the same against etcd
 # Env: QK (bench client and, unless SERVER is set, the server; default the release
-#      build), SERVER, WORKLOAD (put | txn-cas), DURATION (20s),
+#      build), SERVER, WORKLOAD (put | txn-cas | range-l), DURATION (20s),
 #      BENCHFLAGS (extra bench flags), PREWRITE (e.g. 40s of put x10 first), TOTAL, PERF (writes $PERF_DATA, default /var/tmp/qk-perf.data; PERF_FREQ, and
 #      PERF_CALL_GRAPH=dwarf for stacks through code built without frame pointers), QKFLAGS (extra
 #      server flags). Writes go to the leader, as in compare.sh.
@@ -39,6 +39,10 @@ case $WORKLOAD in
   txn-cas)
     "$QK" bench put --total 1000 --key-space-size 1000 --sequential-keys "${common[@]}" >/dev/null
     args=(txn-cas --duration "$DURATION" --key-space-size 1000) ;;
+  range-l)
+    # compare.sh's range-l-100: linearizable single-key reads of 1 000 existing keys.
+    "$QK" bench put --total 1000 --key-space-size 1000 --sequential-keys "${common[@]}" >/dev/null
+    args=(range --duration "$DURATION" --key-space-size 1000 --consistency l) ;;
   *) echo "unknown WORKLOAD $WORKLOAD" >&2; exit 2 ;;
 esac
 
