@@ -95,6 +95,8 @@ pub struct Node {
     changes: MemberChanges,
     /// Seconds since the Unix epoch, for the ids MemberAdd computes as etcd does.
     wall_clock: fn() -> u64,
+    /// Whether the newest membership has this member as a learner.
+    learner: std::sync::atomic::AtomicBool,
 }
 
 impl Node {
@@ -111,15 +113,10 @@ impl Node {
         (self.wall_clock)()
     }
 
-    /// True while the applied membership has this member as a learner.
+    /// True while the newest membership has this member as a learner. Read on every
+    /// request a learner may not serve, so it is a flag kept by `follow_membership`.
     pub fn is_learner(&self) -> bool {
-        self.raft
-            .metrics()
-            .borrow_watched()
-            .membership_config
-            .membership()
-            .learner_ids()
-            .any(|id| id == self.id)
+        self.learner.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// How this member runs blocking store work.
@@ -491,7 +488,7 @@ where
         Ok(_) = removed.wait_for(|removed| *removed) => false,
         () = node.clone().publish_attributes() => true,
     };
-    let directory = tokio::spawn(follow_peer_urls(node.clone()));
+    let directory = tokio::spawn(follow_membership(node.clone()));
     let steward = {
         let node = node.clone();
         tokio::spawn(async move { node.member_changes().steward(node.clone()).await })
@@ -533,9 +530,10 @@ where
     Ok(())
 }
 
-/// Keeps the peer network's record of where each member listens in step with the
-/// newest membership (see `ClusterGuard::set_members`).
-async fn follow_peer_urls(node: Arc<Node>) {
+/// Keeps what follows from the newest membership in step with it: the peer network's
+/// record of where each member listens (see `ClusterGuard::set_members`) and whether
+/// this member is a learner.
+async fn follow_membership(node: Arc<Node>) {
     let mut metrics = node.raft.metrics();
     let mut followed = None;
     loop {
@@ -548,6 +546,12 @@ async fn follow_peer_urls(node: Arc<Node>) {
                 .nodes()
                 .map(|(id, member)| (*id, member.clone()));
             node.guard.set_members(members);
+            let learner = membership
+                .membership()
+                .learner_ids()
+                .any(|id| id == node.id);
+            node.learner
+                .store(learner, std::sync::atomic::Ordering::Release);
         }
         if metrics.changed().await.is_err() {
             return;
@@ -674,6 +678,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
             max_learners: config.max_learners,
         }),
         wall_clock: environment.wall_clock,
+        learner: Default::default(),
     });
     tracing::info!(
         name = %config.name,
