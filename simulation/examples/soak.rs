@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Seeds run `first..first+seeds` (default 1 and 100) on `jobs` threads (default: the
-//! machine's cores). Each failing seed is printed as it fails, with its plan, faults,
+//! machine's cores); with `--membership`, only those of them whose scenario has a
+//! membership client. Each failing seed is printed as it fails, with its plan, faults,
 //! violations and replay command; the process exits with status 1 if any failed.
 //! Without a terminal (in CI) the bar is replaced by one summary line per seed.
 
@@ -23,6 +24,8 @@ struct Args {
     first: u64,
     seeds: u64,
     jobs: usize,
+    /// Only seeds with a membership client.
+    membership: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -30,6 +33,7 @@ fn parse_args() -> Result<Args, String> {
         first: 1,
         seeds: 100,
         jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        membership: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -42,8 +46,11 @@ fn parse_args() -> Result<Args, String> {
             "--seeds" => args.seeds = value("--seeds")?,
             "--first" => args.first = value("--first")?,
             "--jobs" => args.jobs = usize::try_from(value("--jobs")?.max(1)).unwrap_or(1),
+            "--membership" => args.membership = true,
             "-h" | "--help" => {
-                return Err("usage: soak [--seeds N] [--first SEED] [--jobs J]".into());
+                return Err(
+                    "usage: soak [--seeds N] [--first SEED] [--jobs J] [--membership]".into(),
+                );
             }
             other => return Err(format!("unknown argument {other:?}; try --help")),
         }
@@ -79,21 +86,33 @@ fn main() {
 
     let next = AtomicU64::new(args.first);
     let end = args.first.saturating_add(args.seeds);
-    let (sender, receiver) = mpsc::channel::<SeedReport>();
+    let (sender, receiver) = mpsc::channel::<Option<SeedReport>>();
     let mut totals = Totals::default();
     std::thread::scope(|scope| {
         for _ in 0..args.jobs {
             let sender = sender.clone();
             let next = &next;
+            let membership = args.membership;
             scope.spawn(move || loop {
                 let seed = next.fetch_add(1, Ordering::SeqCst);
-                if seed >= end || sender.send(Scenario::from_seed(seed).run()).is_err() {
+                if seed >= end {
+                    return;
+                }
+                let scenario = Scenario::from_seed(seed);
+                let report =
+                    (!membership || !scenario.membership.is_empty()).then(|| scenario.run());
+                if sender.send(report).is_err() {
                     return;
                 }
             });
         }
         drop(sender);
         for report in receiver {
+            let Some(report) = report else {
+                totals.skipped += 1;
+                bar.inc(1);
+                continue;
+            };
             totals.add(&report);
             if bar.is_hidden() {
                 // Not a terminal (a CI log): the bar draws nothing, not even println.
@@ -120,6 +139,16 @@ fn main() {
          {:.0}s simulated",
         totals.operations, totals.unknown, totals.faults, totals.simulated
     );
+    println!(
+        "      {} seeds with a membership client, {} membership changes{}",
+        totals.with_membership,
+        totals.membership_changes,
+        if totals.skipped > 0 {
+            format!(" ({} seeds without one skipped)", totals.skipped)
+        } else {
+            String::new()
+        }
+    );
     if totals.failed.is_empty() {
         println!("      no violations");
     } else {
@@ -142,6 +171,9 @@ struct Totals {
     unknown: usize,
     faults: usize,
     simulated: f64,
+    with_membership: u64,
+    membership_changes: usize,
+    skipped: u64,
     failed: Vec<u64>,
 }
 
@@ -157,6 +189,10 @@ impl Totals {
         self.unknown += report.unknown;
         self.faults += report.injected;
         self.simulated += report.simulated.as_secs_f64();
+        if !report.membership.is_empty() {
+            self.with_membership += 1;
+            self.membership_changes += report.membership_changes;
+        }
         if !report.passed() {
             self.failed.push(report.seed);
         }

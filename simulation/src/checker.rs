@@ -25,15 +25,21 @@
 //! - leases ([`check_leases`], in `lease`): no key attached to a lease disappears
 //!   before the lease's TTL has run out since a keepalive (or the grant) answered, and
 //!   every key of a lease no longer kept alive is gone once the TTL (and a bound) has
-//!   passed on a healed cluster, judged from the clients' operations.
+//!   passed on a healed cluster, judged from the clients' operations;
+//! - membership ([`check_membership`], in `membership`): the members still in the
+//!   cluster agree on one member list that reflects every acknowledged change, and a
+//!   removed member neither serves a linearizable read or a write sent after its
+//!   removal was acknowledged nor keeps running.
 //!
 //! It must never change the cluster (reads only) and never excuse a violation: a check
 //! that cannot decide (e.g. a member that does not answer) reports it as a violation.
 
 mod lease;
+mod membership;
 mod watch;
 
 pub use lease::{check_leases, LIVENESS_SLACK, SAFETY_SLACK};
+pub use membership::{await_member_lists, check_membership, MembershipFacts};
 pub use watch::check_watches;
 
 use std::collections::BTreeMap;
@@ -572,6 +578,7 @@ mod tests {
             invoked: Duration::from_millis(invoked),
             completed: Duration::from_millis(completed),
             outcome,
+            member: None,
         }
     }
 

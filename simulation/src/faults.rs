@@ -19,7 +19,7 @@ use std::time::Duration;
 use etcd_client::Client;
 
 use crate::client::{self, ClientOptions};
-use crate::cluster::SimCluster;
+use crate::cluster::{Directory, SimCluster};
 use crate::error::SimError;
 use crate::rng::SimRng;
 use crate::workload::WritesInFlight;
@@ -227,6 +227,26 @@ impl LeaderWatch {
         members: Vec<(String, String)>,
         every: Duration,
     ) -> Self {
+        Self::start_with(sim, host, Members::Fixed(members), every)
+    }
+
+    /// [`LeaderWatch::start`] over every member the [`Directory`] knows, as members
+    /// join (removed members still answer until they stop; they never lead).
+    pub fn start_in(
+        sim: &mut turmoil::Sim<'_>,
+        host: &str,
+        directory: Directory,
+        every: Duration,
+    ) -> Self {
+        Self::start_with(sim, host, Members::Directory(directory), every)
+    }
+
+    fn start_with(
+        sim: &mut turmoil::Sim<'_>,
+        host: &str,
+        members: Members,
+        every: Duration,
+    ) -> Self {
         let watch = LeaderWatch::default();
         let state = watch.state.clone();
         sim.client(host, async move {
@@ -235,9 +255,12 @@ impl LeaderWatch {
                 connect_timeout: Duration::from_millis(300),
                 keepalive: Duration::from_secs(1),
             };
-            let mut clients: Vec<Option<Client>> = members.iter().map(|_| None).collect();
-            let mut ids: Vec<Option<u64>> = members.iter().map(|_| None).collect();
+            let mut clients: Vec<Option<Client>> = Vec::new();
+            let mut ids: Vec<Option<u64>> = Vec::new();
             while !state.stop.get() {
+                let members = members.now();
+                clients.resize_with(members.len(), || None);
+                ids.resize(members.len(), None);
                 let answers = futures::future::join_all(
                     clients
                         .iter_mut()
@@ -294,6 +317,21 @@ impl LeaderWatch {
     /// Ends the watch's host after its current poll.
     pub fn stop(&self) {
         self.state.stop.set(true);
+    }
+}
+
+/// Whom a [`LeaderWatch`] asks.
+enum Members {
+    Fixed(Vec<(String, String)>),
+    Directory(Directory),
+}
+
+impl Members {
+    fn now(&self) -> Vec<(String, String)> {
+        match self {
+            Members::Fixed(members) => members.clone(),
+            Members::Directory(directory) => directory.all_members(),
+        }
     }
 }
 
@@ -394,20 +432,57 @@ impl<'c> Injector<'c> {
         sim: &mut turmoil::Sim<'_>,
         episode: &Episode,
     ) -> Result<(), SimError> {
-        step_for(sim, episode.gap)?;
+        self.step_for(sim, episode.gap)?;
         for fault in &episode.faults {
             self.inject(sim, fault)?;
         }
-        step_for(sim, episode.outage)?;
+        self.step_for(sim, episode.outage)?;
         self.heal(sim)
     }
 
+    /// [`step_for`], serving the cluster's host requests (members joining, data
+    /// wiped) after every step.
+    pub fn step_for(&self, sim: &mut turmoil::Sim<'_>, duration: Duration) -> Result<(), SimError> {
+        let until = sim.elapsed() + duration;
+        while sim.elapsed() < until {
+            self.step(sim)?;
+        }
+        Ok(())
+    }
+
+    /// [`step_until`], serving the cluster's host requests after every step.
+    pub fn step_until(
+        &self,
+        sim: &mut turmoil::Sim<'_>,
+        limit: Duration,
+        mut done: impl FnMut() -> bool,
+    ) -> Result<bool, SimError> {
+        let until = sim.elapsed() + limit;
+        while !done() {
+            if sim.elapsed() >= until {
+                return Ok(false);
+            }
+            self.step(sim)?;
+        }
+        Ok(true)
+    }
+
+    fn step(&self, sim: &mut turmoil::Sim<'_>) -> Result<(), SimError> {
+        step(sim)?;
+        self.cluster.serve_requests(sim);
+        Ok(())
+    }
+
     /// Undoes every fault: repairs cuts, restores latency and loss, restarts crashed
-    /// members.
+    /// members (a removed one too: it must find out, and stop; one whose data was
+    /// wiped only joins again as a new member).
     pub fn heal(&mut self, sim: &mut turmoil::Sim<'_>) -> Result<(), SimError> {
         self.cluster.heal_all(sim);
         self.note(sim, "heal network".to_owned());
         for name in std::mem::take(&mut self.down) {
+            if self.cluster.is_wiped(&name) {
+                continue;
+            }
             self.cluster.restart(sim, &name)?;
             self.note(sim, format!("restart {name}"));
         }
@@ -426,6 +501,18 @@ impl<'c> Injector<'c> {
 
     /// Injects one fault now (a mid-write crash first waits for a write).
     pub fn inject(&mut self, sim: &mut turmoil::Sim<'_>, fault: &Fault) -> Result<(), SimError> {
+        match self.inject_one(sim, fault) {
+            // Membership changes may have left a single member: nothing to aim at.
+            Err(SimError::Invalid(why)) if why == NO_FOLLOWER => {
+                self.injected -= 1;
+                self.note(sim, format!("skip {fault}: {why}"));
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    fn inject_one(&mut self, sim: &mut turmoil::Sim<'_>, fault: &Fault) -> Result<(), SimError> {
         self.injected += 1;
         let cluster = self.cluster;
         match fault {
@@ -470,11 +557,11 @@ impl<'c> Injector<'c> {
             Fault::CrashLeaderMidWrite => {
                 let leader = self.resolve(sim, Role::Leader)?;
                 let writes = self.writes.clone();
-                let started = step_until(sim, Duration::from_secs(3), || writes.get() > 0)?;
+                let started = self.step_until(sim, Duration::from_secs(3), || writes.get() > 0)?;
                 let extra = self.rng.below(0..16);
                 let mut waited = 0;
                 while waited < extra && writes.get() > 0 {
-                    step(sim)?;
+                    self.step(sim)?;
                     waited += 1;
                 }
                 cluster.crash(sim, &leader)?;
@@ -540,8 +627,11 @@ impl<'c> Injector<'c> {
         } else {
             let polls = self.watch.polls();
             let watch = self.watch.clone();
-            step_until(sim, Duration::from_secs(3), || watch.polls() > polls)?;
-            self.watch.leader().filter(|l| !self.down.contains(l))
+            self.step_until(sim, Duration::from_secs(3), || watch.polls() > polls)?;
+            let members = self.cluster.names();
+            self.watch
+                .leader()
+                .filter(|l| !self.down.contains(l) && members.contains(l))
         };
         match (role, leader) {
             (Role::Leader, Some(leader)) => Ok(leader),
@@ -562,7 +652,7 @@ impl<'c> Injector<'c> {
         self.rng
             .pick(&followers)
             .cloned()
-            .ok_or_else(|| SimError::Invalid("no running follower".into()))
+            .ok_or_else(|| SimError::Invalid(NO_FOLLOWER.into()))
     }
 
     fn running(&self) -> Vec<String> {
@@ -579,6 +669,9 @@ impl<'c> Injector<'c> {
         self.log.push(line);
     }
 }
+
+/// Why a fault aimed at a follower found none (a cluster shrunk to one member).
+const NO_FOLLOWER: &str = "no running follower";
 
 #[cfg(test)]
 mod tests {

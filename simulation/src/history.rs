@@ -2,11 +2,15 @@
 //! whether two runs of a seed were the same run.
 //!
 //! This module owns [`History`] (shared by every client host of one simulation),
-//! [`Operation`] and its parts (key-value requests and lease requests alike), and (in
-//! `watch`) [`WatchLog`], what one watch client saw. It records; it never judges (the checkers do) and never talks to the cluster.
+//! [`Operation`] and its parts (key-value requests and lease requests alike, each with
+//! the member that answered it), (in `watch`) [`WatchLog`], what one watch client saw,
+//! and (in `membership`) [`MembershipLog`], the membership changes a client asked for.
+//! It records; it never judges (the checkers do) and never talks to the cluster.
 
+mod membership;
 mod watch;
 
+pub use membership::{ChangeOutcome, ListedMember, MemberChange, MembershipEntry, MembershipLog};
 pub use watch::{EventKind, WatchEntry, WatchEvent, WatchLog, WatchResponseRecord};
 
 use std::fmt;
@@ -87,6 +91,9 @@ pub struct Operation {
     pub invoked: Duration,
     pub completed: Duration,
     pub outcome: Outcome,
+    /// The member that answered (the member id in the response header), if one did:
+    /// which member served a read, or acknowledged a write.
+    pub member: Option<u64>,
 }
 
 impl Operation {
@@ -196,6 +203,10 @@ impl fmt::Display for Operation {
             Outcome::KeptAlive { ttl } => write!(f, " -> ttl {ttl}"),
             Outcome::Revoked { revision } => write!(f, " -> revoked at rev {revision}"),
             Outcome::Unknown(reason) => write!(f, " -> unknown ({reason})"),
+        }?;
+        match self.member {
+            Some(member) => write!(f, " by {member:x}"),
+            None => Ok(()),
         }
     }
 }

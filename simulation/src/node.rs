@@ -31,8 +31,13 @@ pub struct NodeSpec {
     pub name: String,
     /// Where its RocksDB lives; it outlives crashes.
     pub data_dir: PathBuf,
-    /// Every founding member's name, this one included.
+    /// `--initial-cluster`'s members by name (peer URL `http://{name}:2380`), this one
+    /// included: the founding members, or, for a member joining a running cluster,
+    /// the members it joins.
     pub cluster: Vec<String>,
+    /// `--initial-cluster-state existing` (a member added to a running cluster)
+    /// rather than `new`.
+    pub existing: bool,
     pub heartbeat: Duration,
     pub election_timeout: Duration,
     /// More etcd flags, e.g. `--snapshot-count=100`.
@@ -62,7 +67,10 @@ impl NodeSpec {
             format!("--listen-client-urls=http://0.0.0.0:{CLIENT_PORT}"),
             format!("--advertise-client-urls=http://{}:{CLIENT_PORT}", self.name),
             format!("--initial-cluster={initial_cluster}"),
-            "--initial-cluster-state=new".to_owned(),
+            format!(
+                "--initial-cluster-state={}",
+                if self.existing { "existing" } else { "new" }
+            ),
             "--initial-cluster-token=quantykube-simulation".to_owned(),
             format!("--heartbeat-interval={}", self.heartbeat.as_millis()),
             format!("--election-timeout={}", self.election_timeout.as_millis()),

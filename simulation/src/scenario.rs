@@ -1,6 +1,7 @@
 //! One seed from start to verdict: a 3- or 5-member cluster, concurrent [`Mixed`]
 //! clients, one or two [`WatchClient`]s watching their keys, one [`LeaseClient`] with
-//! keys of its own, the seed's [`FaultPlan`], healing, and every checker.
+//! keys of its own, in some seeds a [`MembershipClient`] adding, removing and
+//! replacing members meanwhile, the seed's [`FaultPlan`], healing, and every checker.
 //!
 //! This module owns [`Scenario`] (what a seed runs) and [`SeedReport`] (what came of
 //! it: counts, the faults as injected, violations, and a hash of every event). The CI
@@ -20,9 +21,12 @@ use crate::checker::{self, Fnv};
 use crate::cluster::SimCluster;
 use crate::error::SimError;
 use crate::faults::{step_until, FaultPlan, Injector, LeaderWatch};
-use crate::history::{History, Op, Operation, Outcome, WatchLog};
+use crate::history::{History, MembershipLog, Op, Operation, Outcome, WatchLog};
 use crate::rng::{mix, SimRng};
-use crate::workload::{LeaseClient, Mixed, WatchClient, WatchTarget, WritesInFlight};
+use crate::workload::{
+    LeaseClient, MembershipClient, MembershipOp, MembershipStep, Mixed, WatchClient, WatchTarget,
+    WritesInFlight,
+};
 
 /// How long watch clients may take, once the writers are done, to deliver the last
 /// acknowledged write; more is a liveness violation.
@@ -36,6 +40,54 @@ const LEASE_DRAIN: Duration = Duration::from_secs(30);
 /// leader resumes leases from checkpoints (and keepalives reset them through the log)
 /// within a seed, rather than from their whole TTL as with etcd's 5 minutes.
 const LEASE_CHECKPOINT_INTERVAL: &str = "2s";
+
+/// Seeds (in a hundred) whose scenario has a membership client.
+const MEMBERSHIP_PERCENT: u64 = 25;
+
+/// How long a removed member may take, once everything else is done, to stop.
+const REMOVED_STOP: Duration = Duration::from_secs(20);
+
+/// Server bugs this simulation found that the server does not fix yet, and how a seed
+/// steps around each meanwhile (docs/simulation.md, "What it has caught", has both).
+/// Each switch goes once its bug is fixed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KnownIssues {
+    /// A member that knows its leader but not the leader's address yet (one that just
+    /// joined, before the membership reaches it) spins in the raft client's
+    /// `wait_for_leader` without ever yielding: its simulated host never runs again,
+    /// and the seed hangs. While set, membership clients add no members (an add or a
+    /// replacement becomes a removal).
+    pub joining_member_spins: bool,
+    /// A removed member that has not learned of its removal yet forwards writes to
+    /// the leader and acknowledges them. While set, `removed-member-acked` findings
+    /// go into [`SeedReport::known`] instead of its violations.
+    pub removed_member_acks_writes: bool,
+}
+
+impl KnownIssues {
+    /// As if every bug were fixed: for a patched server.
+    pub const NONE: KnownIssues = KnownIssues {
+        joining_member_spins: false,
+        removed_member_acks_writes: false,
+    };
+
+    /// The server's known bugs: all of them, unless `QK_SIM_KNOWN_ISSUES=none` says the
+    /// server under test has them fixed.
+    pub fn of_this_server() -> Self {
+        match std::env::var("QK_SIM_KNOWN_ISSUES") {
+            Ok(value) if value.trim() == "none" => KnownIssues::NONE,
+            _ => KnownIssues {
+                joining_member_spins: true,
+                removed_member_acks_writes: true,
+            },
+        }
+    }
+
+    /// True if `property` is a finding of a known bug, not a violation.
+    fn excuses(&self, property: &str) -> bool {
+        self.removed_member_acks_writes && property == "removed-member-acked"
+    }
+}
 /// How to replay one seed with logs: the command a failing seed prints.
 pub fn replay_command(seed: u64) -> String {
     format!(
@@ -57,6 +109,11 @@ pub struct Scenario {
     pub watchers: Vec<WatcherPlan>,
     /// Leases the seed's lease client grants, each with keys of its own.
     pub leases: usize,
+    /// What the seed's membership client does, in order; empty: no membership client
+    /// (the cluster keeps its founding members).
+    pub membership: Vec<MembershipStep>,
+    /// The server bugs the run steps around (see [`KnownIssues`]).
+    pub known: KnownIssues,
     /// Where members keep their data (default: `/dev/shm` if it exists, so fsyncs
     /// cost nothing, else the system's temporary directory).
     pub data_root: Option<PathBuf>,
@@ -64,7 +121,8 @@ pub struct Scenario {
 
 impl Scenario {
     /// The scenario of `seed`: its fault plan, two to four clients, three to five keys,
-    /// one or two watchers, four to seven leases.
+    /// one or two watchers, four to seven leases, and in a quarter of the seeds two to
+    /// four membership changes.
     pub fn from_seed(seed: u64) -> Self {
         let mut rng = SimRng::new(seed, 0x5ce);
         let plan = FaultPlan::from_seed(seed);
@@ -83,6 +141,12 @@ impl Scenario {
             .collect();
         // Drawn after the older choices again.
         let leases = rng.below(4..8) as usize;
+        // And again.
+        let membership = if rng.percent(MEMBERSHIP_PERCENT) {
+            membership_steps(&mut rng, run_for(&plan))
+        } else {
+            Vec::new()
+        };
         Scenario {
             seed,
             plan,
@@ -90,6 +154,8 @@ impl Scenario {
             keys,
             watchers,
             leases,
+            membership,
+            known: KnownIssues::of_this_server(),
             data_root: default_data_root(),
         }
     }
@@ -100,9 +166,12 @@ impl Scenario {
         let mut report = SeedReport {
             seed: self.seed,
             plan: self.plan.clone(),
+            membership: self.membership.clone(),
             clients: self.clients,
             watchers: self.watchers.len(),
             leases: 0,
+            membership_changes: 0,
+            known: Vec::new(),
             faults: Vec::new(),
             injected: 0,
             operations: 0,
@@ -174,7 +243,11 @@ impl Scenario {
             builder = builder.data_root(root);
         }
         let cluster = builder.build(sim)?;
-        let watch = LeaderWatch::start(sim, "watch", cluster.members(), Duration::from_millis(250));
+        // Every client takes its members from the directory: members added later are
+        // reached too, and removed ones stay in the lists (as in a real client's).
+        let directory = cluster.directory();
+        let watch =
+            LeaderWatch::start_in(sim, "watch", directory.clone(), Duration::from_millis(250));
         let leader = watch.clone();
         if !step_until(sim, Duration::from_secs(20), || leader.leader().is_some())? {
             return Err(SimError::Timeout("no leader within 20 s".into()));
@@ -189,6 +262,7 @@ impl Scenario {
                 keys: (0..self.keys).map(|k| format!("k{k}")).collect(),
                 run_for,
                 in_flight: writes.clone(),
+                directory: Some(directory.clone()),
                 ..Mixed::new(&name, cluster.endpoints(), mix(self.seed, 100 + i as u64))
             };
             let (history, finished) = (history.clone(), finished.clone());
@@ -210,6 +284,7 @@ impl Scenario {
                 run_for,
                 target: Some(watch_target.clone()),
                 drain_for: WATCH_DRAIN,
+                directory: Some(directory.clone()),
                 ..WatchClient::new(&name, cluster.members(), mix(self.seed, 200 + i as u64))
             };
             let log = WatchLog::new(&name, &watcher.prefix);
@@ -226,6 +301,7 @@ impl Scenario {
             leases: self.leases,
             run_for,
             drain_for: LEASE_DRAIN,
+            directory: Some(directory.clone()),
             ..LeaseClient::new("lease1", cluster.endpoints(), mix(self.seed, 300))
         };
         let lease_finished = Rc::new(Cell::new(false));
@@ -236,6 +312,27 @@ impl Scenario {
             done.set(true);
             Ok(())
         });
+
+        let membership_log = MembershipLog::new("membership");
+        let membership_finished = Rc::new(Cell::new(self.membership.is_empty()));
+        if !self.membership.is_empty() {
+            let client = MembershipClient {
+                steps: self.membership.clone(),
+                joins: !self.known.joining_member_spins,
+                ..MembershipClient::new(
+                    "membership",
+                    directory.clone(),
+                    cluster.requests(),
+                    mix(self.seed, 400),
+                )
+            };
+            let (log, done) = (membership_log.clone(), membership_finished.clone());
+            sim.client("membership", async move {
+                client.run(log).await?;
+                done.set(true);
+                Ok(())
+            });
+        }
 
         let mut injector = Injector::new(&cluster, watch.clone(), writes, self.seed);
         let outcome = self
@@ -250,9 +347,15 @@ impl Scenario {
 
         let clients = self.clients;
         let limit = run_for + Duration::from_secs(30);
-        if !step_until(sim, limit, || finished.get() == clients)? {
+        if !injector.step_until(sim, limit, || finished.get() == clients)? {
             return Err(SimError::Timeout(format!(
                 "clients still running {limit:?} after the faults"
+            )));
+        }
+        let membership_limit = Duration::from_secs(90);
+        if !injector.step_until(sim, membership_limit, || membership_finished.get())? {
+            return Err(SimError::Timeout(format!(
+                "the membership client still running {membership_limit:?} after the writers"
             )));
         }
         // The writers are done: each watcher stops once it delivered the last
@@ -266,7 +369,7 @@ impl Scenario {
         watch_target.set(last_written);
         let watchers = self.watchers.len();
         let drain_limit = WATCH_DRAIN + Duration::from_secs(10);
-        if !step_until(sim, drain_limit, || watchers_finished.get() == watchers)? {
+        if !injector.step_until(sim, drain_limit, || watchers_finished.get() == watchers)? {
             return Err(SimError::Timeout(format!(
                 "watch clients still running {drain_limit:?} after the writers"
             )));
@@ -274,11 +377,26 @@ impl Scenario {
         // The lease client reads its keys until they are gone: leases kept alive to the
         // end, and any a leader change restarted, take their TTL after the faults.
         let lease_limit = LEASE_DRAIN + Duration::from_secs(10);
-        if !step_until(sim, lease_limit, || lease_finished.get())? {
+        if !injector.step_until(sim, lease_limit, || lease_finished.get())? {
             return Err(SimError::Timeout(format!(
                 "the lease client still running {lease_limit:?} after the writers"
             )));
         }
+        // Removed members stop on their own; give the last ones a moment.
+        let removed_running = || directory.entries().iter().any(|e| !e.current && e.running);
+        injector.step_until(sim, REMOVED_STOP, || !removed_running())?;
+        let mut still_running: Vec<String> = directory
+            .entries()
+            .iter()
+            .filter(|e| !e.current && e.running)
+            .map(|e| format!("{}, a removed member, still runs at the end", e.name))
+            .collect();
+        still_running.extend(cluster.wiped_while_running().iter().map(|(name, at)| {
+            format!(
+                "{name}, a removed member, still ran at {:.3}s when its replacement wiped it",
+                at.as_secs_f64()
+            )
+        }));
         // From here on no fault, and the leader the watch saw last has led since.
         let stable_since = healed_at.max(watch.last_change());
         watch.stop();
@@ -287,13 +405,20 @@ impl Scenario {
         let out = verdict.clone();
         let members = cluster.members();
         let operations = history.operations();
+        let with_membership = !self.membership.is_empty();
         sim.client("checker", async move {
-            *out.borrow_mut() =
-                Some(checker::check_all(&members, &operations, 1, Duration::from_secs(30)).await);
+            let checked =
+                checker::check_all(&members, &operations, 1, Duration::from_secs(30)).await;
+            let lists = if with_membership {
+                checker::await_member_lists(&members, Duration::from_secs(30)).await
+            } else {
+                Vec::new()
+            };
+            *out.borrow_mut() = Some((checked, lists));
             Ok(())
         });
         sim.run().map_err(|e| SimError::Simulation(e.to_string()))?;
-        let Some((digests, violations)) = verdict.take() else {
+        let Some(((digests, violations), lists)) = verdict.take() else {
             return Err(SimError::Simulation("the checker did not finish".into()));
         };
         report.trace.extend(digests.iter().map(ToString::to_string));
@@ -321,6 +446,22 @@ impl Scenario {
         report
             .trace
             .push(format!("leases stable since {stable_since:?}"));
+        if with_membership {
+            report.trace.extend(membership_log.trace());
+            report.trace.push(membership_log.digest());
+            report.membership_changes = membership_log.changes().len();
+            let facts = checker::MembershipFacts {
+                lists,
+                still_running,
+            };
+            for violation in checker::check_membership(&membership_log, &operations, &facts) {
+                if self.known.excuses(violation.property) {
+                    report.known.push(violation.to_string());
+                } else {
+                    report.violations.push(violation.to_string());
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -356,6 +497,35 @@ pub struct WatcherPlan {
     pub start_revision: i64,
 }
 
+/// A membership client's plan: two to four operations spread over the run, at least
+/// one of them a removal (a removed member is what most can go wrong with).
+fn membership_steps(rng: &mut SimRng, run_for: Duration) -> Vec<MembershipStep> {
+    use MembershipOp as Op;
+    let kinds = [
+        Op::AddLearner,
+        Op::AddVoter,
+        Op::RemoveFollower,
+        Op::RemoveLeader,
+        Op::Replace,
+        Op::MoveLeader,
+        Op::UpdatePeerUrl,
+    ];
+    let count = rng.below(2..5) as usize;
+    let spread = run_for.as_millis() as u64 / (count as u64 + 1);
+    let mut steps: Vec<MembershipStep> = (0..count)
+        .map(|_| MembershipStep {
+            after: rng.millis(spread / 2, spread.max(spread / 2 + 1)),
+            op: kinds[rng.weighted(&[20, 15, 15, 12, 15, 13, 10])],
+        })
+        .collect();
+    let removes = |op: &Op| matches!(op, Op::RemoveFollower | Op::RemoveLeader | Op::Replace);
+    if !steps.iter().any(|s| removes(&s.op)) {
+        let last = steps.len() - 1;
+        steps[last].op = [Op::RemoveFollower, Op::RemoveLeader, Op::Replace][rng.index(3)];
+    }
+    steps
+}
+
 /// How long a seed's clients run: through its faults, and a second more.
 fn run_for(plan: &FaultPlan) -> Duration {
     plan.duration() + Duration::from_secs(1)
@@ -372,10 +542,14 @@ pub fn default_data_root() -> Option<PathBuf> {
 pub struct SeedReport {
     pub seed: u64,
     pub plan: FaultPlan,
+    /// The membership client's plan (empty: none).
+    pub membership: Vec<MembershipStep>,
     pub clients: usize,
     pub watchers: usize,
     /// Leases the lease client was granted.
     pub leases: usize,
+    /// Membership changes the membership client asked for (0 without one).
+    pub membership_changes: usize,
     /// The faults as injected, one line each with its simulated time and target.
     pub faults: Vec<String>,
     /// How many faults were injected.
@@ -388,6 +562,9 @@ pub struct SeedReport {
     pub watch_events: usize,
     /// Every violated property and every failure of the run; empty if the seed passed.
     pub violations: Vec<String>,
+    /// Findings of the server bugs the run knows of ([`KnownIssues`]): reported, not
+    /// failing the seed.
+    pub known: Vec<String>,
     /// Every event: operations with outcomes and simulated times, faults, final
     /// digests, each watcher's digest, the simulated end.
     pub trace: Vec<String>,
@@ -407,20 +584,26 @@ impl SeedReport {
     /// One line: seed, size, counts, times, verdict.
     pub fn summary(&self) -> String {
         format!(
-            "seed {}: {} members, {} clients, {} watchers, {} leases, {} faults, {} ops ({} \
-             unknown), {} watch events, {:.1}s simulated in {:.1}s, {}",
+            "seed {}: {} members, {} clients, {} watchers, {} leases, {} membership changes, {} \
+             faults, {} ops ({} unknown), {} watch events, {:.1}s simulated in {:.1}s, {}{}",
             self.seed,
             self.plan.nodes,
             self.clients,
             self.watchers,
             self.leases,
+            self.membership_changes,
             self.injected,
             self.operations,
             self.unknown,
             self.watch_events,
             self.simulated.as_secs_f64(),
             self.real.as_secs_f64(),
-            if self.passed() { "ok" } else { "FAILED" }
+            if self.passed() { "ok" } else { "FAILED" },
+            if self.known.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} findings of known server bugs)", self.known.len())
+            }
         )
     }
 }
@@ -434,6 +617,10 @@ impl fmt::Display for SeedReport {
             return Ok(());
         }
         writeln!(f, "  plan: {}", self.plan)?;
+        if !self.membership.is_empty() {
+            let steps: Vec<String> = self.membership.iter().map(|s| s.op.to_string()).collect();
+            writeln!(f, "  membership: {}", steps.join(", "))?;
+        }
         for fault in &self.faults {
             writeln!(f, "  fault {fault}")?;
         }

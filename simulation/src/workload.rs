@@ -7,16 +7,20 @@
 //! Kubernetes API server would), [`WatchClient`] (one etcd watch over the others'
 //! keys for the whole run, resumed on another member whenever it fails, as an informer
 //! holds one), [`LeaseClient`] (leases with keys attached, some kept alive for a
-//! while, some revoked, their keys polled until they go), and how each request is sent
+//! while, some revoked, their keys polled until they go), [`MembershipClient`] (an
+//! operator adding, promoting, removing and replacing members, moving the leadership
+//! and updating peer URLs), and how each request is sent
 //! (`execute`). Every request goes into a
 //! [`History`], every watch response into a [`crate::history::WatchLog`]. It must never
 //! judge the results (the checkers do) and never inject faults.
 
 mod lease;
+mod membership;
 mod mixed;
 mod watch;
 
 pub use lease::LeaseClient;
+pub use membership::{MembershipClient, MembershipOp, MembershipStep};
 pub use mixed::{Mix, Mixed, WritesInFlight};
 pub use watch::{WatchClient, WatchTarget};
 
@@ -115,10 +119,10 @@ impl Session<'_> {
         // The channel's own deadline should fire first; this one bounds the dial too.
         let deadline =
             self.writer.options.request_timeout + self.writer.options.connect_timeout * 3;
-        let outcome = match tokio::time::timeout(deadline, self.attempt(&op)).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(error)) => Outcome::Unknown(error.to_string()),
-            Err(_) => Outcome::Unknown("client deadline".to_owned()),
+        let (outcome, member) = match tokio::time::timeout(deadline, self.attempt(&op)).await {
+            Ok(Ok((outcome, member))) => (outcome, Some(member)),
+            Ok(Err(error)) => (Outcome::Unknown(error.to_string()), None),
+            Err(_) => (Outcome::Unknown("client deadline".to_owned()), None),
         };
         if matches!(outcome, Outcome::Unknown(_)) {
             // Fail over, as etcd clients do: drop the connection, try the next member.
@@ -130,11 +134,12 @@ impl Session<'_> {
             invoked,
             completed: history::now(),
             outcome: outcome.clone(),
+            member,
         });
         outcome
     }
 
-    async fn attempt(&mut self, op: &Op) -> Result<Outcome, SimError> {
+    async fn attempt(&mut self, op: &Op) -> Result<(Outcome, u64), SimError> {
         let client = match &mut self.client {
             Some(client) => client,
             None => {
@@ -149,15 +154,19 @@ impl Session<'_> {
     }
 }
 
-/// Sends `op` on `client` and turns the answer into an [`Outcome`]; an error is the
-/// caller's to record (as an unknown outcome) or retry.
-pub(crate) async fn execute(client: &mut Client, op: &Op) -> Result<Outcome, SimError> {
+/// Sends `op` on `client` and turns the answer into an [`Outcome`] and the id of the
+/// member that answered (from the response header); an error is the caller's to
+/// record (as an unknown outcome) or retry.
+pub(crate) async fn execute(client: &mut Client, op: &Op) -> Result<(Outcome, u64), SimError> {
     match op {
         Op::Put { key, value } => {
             let response = client.put(key.as_str(), value.as_str(), None).await?;
-            Ok(Outcome::Written {
-                revision: response.header().map_or(0, |h| h.revision()),
-            })
+            Ok((
+                Outcome::Written {
+                    revision: response.header().map_or(0, |h| h.revision()),
+                },
+                member(response.header()),
+            ))
         }
         Op::Get { key, serializable } => {
             let options = serializable.then(|| GetOptions::new().with_serializable());
@@ -168,17 +177,23 @@ pub(crate) async fn execute(client: &mut Client, op: &Op) -> Result<Outcome, Sim
                     kv.mod_revision(),
                 )
             });
-            Ok(Outcome::Read {
-                revision: response.header().map_or(0, |h| h.revision()),
-                value,
-            })
+            Ok((
+                Outcome::Read {
+                    revision: response.header().map_or(0, |h| h.revision()),
+                    value,
+                },
+                member(response.header()),
+            ))
         }
         Op::Delete { key } => {
             let response = client.delete(key.as_str(), None).await?;
-            Ok(Outcome::Deleted {
-                revision: response.header().map_or(0, |h| h.revision()),
-                deleted: response.deleted(),
-            })
+            Ok((
+                Outcome::Deleted {
+                    revision: response.header().map_or(0, |h| h.revision()),
+                    deleted: response.deleted(),
+                },
+                member(response.header()),
+            ))
         }
         Op::Cas {
             key,
@@ -193,43 +208,72 @@ pub(crate) async fn execute(client: &mut Client, op: &Op) -> Result<Outcome, Sim
                 )])
                 .and_then([TxnOp::put(key.as_str(), value.as_str(), None)]);
             let response = client.txn(txn).await?;
-            Ok(Outcome::Swapped {
-                revision: response.header().map_or(0, |h| h.revision()),
-                succeeded: response.succeeded(),
-            })
+            Ok((
+                Outcome::Swapped {
+                    revision: response.header().map_or(0, |h| h.revision()),
+                    succeeded: response.succeeded(),
+                },
+                member(response.header()),
+            ))
         }
         Op::Compact { revision } => {
             let response = client.compact(*revision, None).await?;
-            Ok(Outcome::Compacted {
-                revision: response.header().map_or(0, |h| h.revision()),
-            })
+            Ok((
+                Outcome::Compacted {
+                    revision: response.header().map_or(0, |h| h.revision()),
+                },
+                member(response.header()),
+            ))
         }
         Op::PutWithLease { key, value, lease } => {
             let options = PutOptions::new().with_lease(*lease);
             let response = client
                 .put(key.as_str(), value.as_str(), Some(options))
                 .await?;
-            Ok(Outcome::Written {
-                revision: response.header().map_or(0, |h| h.revision()),
-            })
+            Ok((
+                Outcome::Written {
+                    revision: response.header().map_or(0, |h| h.revision()),
+                },
+                member(response.header()),
+            ))
         }
         Op::LeaseGrant { ttl } => {
             let response = client.lease_grant(*ttl, None).await?;
-            Ok(Outcome::Granted {
-                id: response.id(),
-                ttl: response.ttl(),
-                revision: response.header().map_or(0, |h| h.revision()),
-            })
+            Ok((
+                Outcome::Granted {
+                    id: response.id(),
+                    ttl: response.ttl(),
+                    revision: response.header().map_or(0, |h| h.revision()),
+                },
+                member(response.header()),
+            ))
         }
         Op::LeaseRevoke { id } => {
             let response = client.lease_revoke(*id).await?;
-            Ok(Outcome::Revoked {
-                revision: response.header().map_or(0, |h| h.revision()),
-            })
+            Ok((
+                Outcome::Revoked {
+                    revision: response.header().map_or(0, |h| h.revision()),
+                },
+                member(response.header()),
+            ))
         }
         // A keepalive is one message on a stream the caller holds (see `lease`).
         Op::LeaseKeepAlive { .. } => Err(SimError::Invalid(
             "keepalives go on a keepalive stream, not one request".into(),
         )),
     }
+}
+
+/// True for an error that says the member refused the request before doing anything
+/// with it (a learner refuses every request but Status and serializable Range): safe
+/// to send elsewhere, write or not.
+pub(crate) fn never_executed(error: &SimError) -> bool {
+    matches!(error, SimError::Client(etcd_client::Error::GRpcStatus(status))
+        if status.code() == tonic::Code::FailedPrecondition
+            && status.message() == "etcdserver: rpc not supported for learner")
+}
+
+/// The member id in a response header (0 if there is none).
+fn member(header: Option<&etcd_client::ResponseHeader>) -> u64 {
+    header.map_or(0, |h| h.member_id())
 }

@@ -292,6 +292,7 @@ mod tests {
             invoked: Duration::from_millis(t.0),
             completed: Duration::from_millis(t.1),
             outcome,
+            member: None,
         }
     }
 

@@ -746,6 +746,7 @@ mod tests {
             invoked: Duration::ZERO,
             completed: Duration::from_millis(10),
             outcome,
+            member: None,
         }
     }
 

@@ -14,6 +14,7 @@ fn op(client: &str, op: Op, t: (u64, u64), outcome: Outcome) -> Operation {
         invoked: Duration::from_millis(t.0),
         completed: Duration::from_millis(t.1),
         outcome,
+        member: None,
     }
 }
 

@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 
 use super::execute;
 use crate::client::{self, ClientOptions};
+use crate::cluster::Directory;
 use crate::error::SimError;
 use crate::history::{self, History, Op, Operation, Outcome};
 use crate::rng::SimRng;
@@ -38,6 +39,9 @@ pub struct LeaseClient {
     pub name: String,
     /// Every member's client URL.
     pub endpoints: Vec<String>,
+    /// If set, the endpoints come from here instead, as members join (and stay after
+    /// they leave, as in a client's stale list).
+    pub directory: Option<Directory>,
     /// Every key it writes starts with this; nothing else may write there.
     pub prefix: String,
     /// Seeds the client's choices.
@@ -65,6 +69,7 @@ impl LeaseClient {
         LeaseClient {
             name: name.into(),
             endpoints,
+            directory: None,
             prefix: "lease/".to_owned(),
             seed,
             leases: 6,
@@ -81,7 +86,7 @@ impl LeaseClient {
     /// The cluster's errors are recorded, not returned; only a workload that cannot run
     /// at all (no endpoints) fails.
     pub async fn run(self, history: History) -> Result<(), SimError> {
-        if self.endpoints.is_empty() {
+        if self.endpoints_now().is_empty() {
             return Err(SimError::Invalid("a lease client needs endpoints".into()));
         }
         let started = history::now();
@@ -94,13 +99,22 @@ impl LeaseClient {
                 rng: SimRng::new(self.seed, 1 + n as u64),
                 history: history.clone(),
                 member: plan.member,
-                clients: (0..self.endpoints.len()).map(|_| None).collect(),
+                clients: Vec::new(),
                 end: started + self.run_for,
             };
             tasks.spawn(worker.lease(plan));
         }
         while tasks.join_next().await.is_some() {}
         Ok(())
+    }
+
+    /// The endpoints to choose from now: the directory's, if the client has one (it
+    /// grows as members join), else its own list.
+    fn endpoints_now(&self) -> Vec<String> {
+        match &self.directory {
+            Some(directory) => directory.endpoints(),
+            None => self.endpoints.clone(),
+        }
     }
 }
 
@@ -129,7 +143,7 @@ impl Plan {
             start_after: rng.millis(0, run_ms * 7 / 10),
             ttl: min + rng.below(0..(max - min + 1).max(1) as u64) as i64,
             keys: 1 + rng.below(0..2) as usize,
-            member: rng.index(client.endpoints.len()),
+            member: rng.index(client.endpoints_now().len()),
             keep_alive_for: (!rng.percent(25)).then(|| rng.millis(1_000, run_ms.max(1_001))),
             revoke_after: rng.percent(15).then(|| rng.millis(500, 4_000)),
         }
@@ -281,7 +295,7 @@ impl Worker {
         let options = self.client.options.clone();
         let budget = options.request_timeout + options.connect_timeout * 2;
         let member = self.member;
-        let url = self.client.endpoints[member].clone();
+        let url = self.url(member);
         let attempt = async {
             let client = match &mut self.clients[member] {
                 Some(client) => client,
@@ -289,18 +303,28 @@ impl Worker {
             };
             execute(client, &op).await
         };
-        let outcome = match tokio::time::timeout(budget, attempt).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(error)) => Outcome::Unknown(format!("{url}: {error}")),
-            Err(_) => Outcome::Unknown(format!("{url}: client deadline")),
+        let (outcome, answered_by) = match tokio::time::timeout(budget, attempt).await {
+            Ok(Ok((outcome, id))) => (outcome, Some(id)),
+            Ok(Err(error)) => (Outcome::Unknown(format!("{url}: {error}")), None),
+            Err(_) => (Outcome::Unknown(format!("{url}: client deadline")), None),
         };
         if matches!(outcome, Outcome::Unknown(_)) {
             // Re-dial next time: the connection may be the one that hangs.
             self.clients[member] = None;
             self.next_member();
         }
-        self.record(op, invoked, outcome.clone());
+        self.record(op, invoked, outcome.clone(), answered_by);
         outcome
+    }
+
+    /// The client URL of endpoint `member` (the list may have grown: a connection slot
+    /// for every endpoint).
+    fn url(&mut self, member: usize) -> String {
+        let endpoints = self.client.endpoints_now();
+        if self.clients.len() < endpoints.len() {
+            self.clients.resize_with(endpoints.len(), || None);
+        }
+        endpoints[member % endpoints.len()].clone()
     }
 
     /// One keepalive on the open stream, or on a new one to the current member (whose
@@ -308,6 +332,7 @@ impl Worker {
     async fn keep_alive(&mut self, id: i64, ttl: i64, stream: &mut Option<Stream>) -> Answer {
         let invoked = history::now();
         let wait = self.client.keepalive_wait;
+        let mut answered_by = None;
         let outcome =
             match stream {
                 Some(open) => {
@@ -316,14 +341,17 @@ impl Worker {
                         open.answers.message().await
                     };
                     match tokio::time::timeout(wait, exchange).await {
-                        Ok(Ok(Some(answer))) => Outcome::KeptAlive { ttl: answer.ttl() },
+                        Ok(Ok(Some(answer))) => {
+                            answered_by = answer.header().map(|h| h.member_id());
+                            Outcome::KeptAlive { ttl: answer.ttl() }
+                        }
                         Ok(Ok(None)) => Outcome::Unknown("the member ended the stream".into()),
                         Ok(Err(error)) => Outcome::Unknown(error.to_string()),
                         Err(_) => Outcome::Unknown(format!("no answer within {wait:?}")),
                     }
                 }
                 None => {
-                    let url = self.client.endpoints[self.member].clone();
+                    let url = self.url(self.member);
                     let options = self.client.options.clone();
                     let open = async {
                         let mut client = client::connect_with(&url, &options).await?;
@@ -358,22 +386,23 @@ impl Worker {
                 Answer::Failed
             }
         };
-        self.record(Op::LeaseKeepAlive { id }, invoked, outcome);
+        self.record(Op::LeaseKeepAlive { id }, invoked, outcome, answered_by);
         answer
     }
 
     fn next_member(&mut self) {
-        let members = self.client.endpoints.len();
+        let members = self.client.endpoints_now().len();
         self.member = (self.member + 1 + self.rng.index(members.saturating_sub(1))) % members;
     }
 
-    fn record(&self, op: Op, invoked: Duration, outcome: Outcome) {
+    fn record(&self, op: Op, invoked: Duration, outcome: Outcome, member: Option<u64>) {
         self.history.record(Operation {
             client: self.client.name.clone(),
             op,
             invoked,
             completed: history::now(),
             outcome,
+            member,
         });
     }
 }

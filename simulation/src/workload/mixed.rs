@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use etcd_client::Client;
 
-use super::execute;
+use super::{execute, never_executed};
 use crate::client::{self, ClientOptions};
+use crate::cluster::Directory;
 use crate::error::SimError;
 use crate::history::{self, History, Op, Operation, Outcome};
 use crate::rng::SimRng;
@@ -86,6 +87,9 @@ pub struct Mixed {
     pub name: String,
     /// Every member's client URL; the seed picks one per request.
     pub endpoints: Vec<String>,
+    /// If set, the endpoints come from here instead, as members join (and stay after
+    /// they leave, as in a client's stale list).
+    pub directory: Option<Directory>,
     pub keys: Vec<String>,
     /// Seeds the client's choices: requests, keys, members, pauses.
     pub seed: u64,
@@ -109,6 +113,7 @@ impl Mixed {
         Mixed {
             name: name.into(),
             endpoints,
+            directory: None,
             keys: (0..4).map(|i| format!("k{i}")).collect(),
             seed,
             run_for: Duration::from_secs(10),
@@ -125,14 +130,14 @@ impl Mixed {
     /// The cluster's errors are recorded, not returned; only a workload that cannot run
     /// at all (no endpoints, no keys) fails.
     pub async fn run(self, history: History) -> Result<(), SimError> {
-        if self.endpoints.is_empty() || self.keys.is_empty() {
+        if self.endpoints_now().is_empty() || self.keys.is_empty() {
             return Err(SimError::Invalid(
                 "a mixed client needs endpoints and keys".into(),
             ));
         }
         let mut state = State {
             rng: SimRng::new(self.seed, 0),
-            clients: (0..self.endpoints.len()).map(|_| None).collect(),
+            clients: (0..self.endpoints_now().len()).map(|_| None).collect(),
             known: BTreeMap::new(),
             seen: VecDeque::new(),
             compacted: 0,
@@ -216,9 +221,10 @@ impl Mixed {
         let _writing = (!matches!(op, Op::Get { .. })).then(|| self.in_flight.enter());
         let invoked = history::now();
         let budget = self.options.request_timeout + self.options.connect_timeout * 2;
-        let outcome = match tokio::time::timeout(budget, self.attempts(state, &op)).await {
-            Ok(outcome) => outcome,
-            Err(_) => Outcome::Unknown("client deadline".to_owned()),
+        let (outcome, member) = match tokio::time::timeout(budget, self.attempts(state, &op)).await
+        {
+            Ok(answer) => answer,
+            Err(_) => (Outcome::Unknown("client deadline".to_owned()), None),
         };
         state.learn(&op, &outcome);
         history.record(Operation {
@@ -227,11 +233,25 @@ impl Mixed {
             invoked,
             completed: history::now(),
             outcome,
+            member,
         });
     }
 
-    async fn attempts(&self, state: &mut State, op: &Op) -> Outcome {
-        let members = self.endpoints.len();
+    /// The endpoints to choose from now: the directory's, if the client has one (it
+    /// grows as members join), else its own list.
+    fn endpoints_now(&self) -> Vec<String> {
+        match &self.directory {
+            Some(directory) => directory.endpoints(),
+            None => self.endpoints.clone(),
+        }
+    }
+
+    async fn attempts(&self, state: &mut State, op: &Op) -> (Outcome, Option<u64>) {
+        let endpoints = self.endpoints_now();
+        let members = endpoints.len();
+        if state.clients.len() < members {
+            state.clients.resize_with(members, || None);
+        }
         let mut member = state.rng.index(members);
         let mut failure = String::from("no attempt");
         for attempt in 0..self.attempts.max(1) {
@@ -242,7 +262,7 @@ impl Mixed {
                 // Another member, chosen by the seed.
                 member = (member + 1 + state.rng.index(members.saturating_sub(1))) % members;
             }
-            let url = &self.endpoints[member];
+            let url = &endpoints[member];
             let client = match state.client(member, url, &self.options).await {
                 Ok(client) => client,
                 Err(error) => {
@@ -252,12 +272,12 @@ impl Mixed {
                 }
             };
             match execute(client, op).await {
-                Ok(outcome) => return outcome,
+                Ok((outcome, id)) => return (outcome, Some(id)),
                 Err(error) => {
                     // Re-dial next time: the connection may be the one that hangs.
                     state.clients[member] = None;
                     failure = format!("{url}: {error}");
-                    if !matches!(op, Op::Get { .. }) {
+                    if !matches!(op, Op::Get { .. }) && !never_executed(&error) {
                         // A write may have reached the member: its outcome is unknown,
                         // and retrying it could apply it twice.
                         break;
@@ -265,7 +285,7 @@ impl Mixed {
                 }
             }
         }
-        Outcome::Unknown(failure)
+        (Outcome::Unknown(failure), None)
     }
 }
 

@@ -21,6 +21,7 @@ use etcd_client::{Client, EventType, WatchOptions, WatchResponse, WatchStream};
 use tokio::time::Instant;
 
 use crate::client::{self, ClientOptions};
+use crate::cluster::Directory;
 use crate::error::SimError;
 use crate::history::{self, EventKind, WatchEntry, WatchEvent, WatchLog, WatchResponseRecord};
 use crate::rng::SimRng;
@@ -61,6 +62,9 @@ pub struct WatchClient {
     /// Every member's name and client URL; the seed picks the first, and each resume
     /// goes to the next.
     pub members: Vec<(String, String)>,
+    /// If set, the members come from here instead, as they join (and stay after they
+    /// leave, as in a client's stale list).
+    pub directory: Option<Directory>,
     /// Watches every key starting with this.
     pub prefix: String,
     /// Seeds the client's choices: the first member, when to ask for progress.
@@ -92,6 +96,7 @@ impl WatchClient {
         WatchClient {
             name: name.into(),
             members,
+            directory: None,
             prefix: "k".to_owned(),
             seed,
             start_after: Duration::ZERO,
@@ -109,7 +114,7 @@ impl WatchClient {
     /// cluster's errors are recorded, not returned; only a client that cannot run at
     /// all (no members) fails.
     pub async fn run(self, log: WatchLog) -> Result<(), SimError> {
-        if self.members.is_empty() {
+        if self.members_now().is_empty() {
             return Err(SimError::Invalid("a watch client needs members".into()));
         }
         let began = Instant::now();
@@ -118,9 +123,10 @@ impl WatchClient {
         let mut cursor = Cursor {
             next: (self.start_revision > 0).then_some(self.start_revision),
         };
-        let mut member = rng.index(self.members.len());
+        let mut member = rng.index(self.members_now().len());
         while !self.done(&cursor, began) {
-            let (name, url) = &self.members[member];
+            let members = self.members_now();
+            let (name, url) = &members[member % members.len()];
             log.record(WatchEntry::Started {
                 member: name.clone(),
                 start_revision: cursor.start_revision(),
@@ -140,7 +146,7 @@ impl WatchClient {
                 self.await_target(began).await;
                 break;
             }
-            member = (member + 1) % self.members.len();
+            member = (member + 1) % self.members_now().len();
             // etcd's client backs off 25 ms (with jitter) between retries.
             tokio::time::sleep(rng.millis(20, 30)).await;
         }
@@ -150,6 +156,15 @@ impl WatchClient {
             at: history::now(),
         });
         Ok(())
+    }
+
+    /// The members to choose from now: the directory's, if the client has one, else
+    /// its own list.
+    fn members_now(&self) -> Vec<(String, String)> {
+        match &self.directory {
+            Some(directory) => directory.all_members(),
+            None => self.members.clone(),
+        }
     }
 
     /// Returns once the target is known (or the drain is over); at once without one.

@@ -79,6 +79,7 @@ fn read_snapshot_check_rejects_a_read_that_is_not_its_revisions_state() {
                 revision,
                 value: value.map(|(v, m)| (v.to_owned(), m)),
             },
+            member: None,
         };
         let sound = [
             read(1, None),

@@ -1,7 +1,8 @@
 //! The same seed must give the same run: the same operations with the same outcomes at
 //! the same simulated instants, and the same final stores, through a crash, a restart
 //! and a partition; and a mixed-fault seed of the CI set gives the same trace hash over
-//! every event (operations, outcomes, simulated times, faults as injected, digests).
+//! every event (operations, outcomes, simulated times, faults as injected, digests), as
+//! does a seed with membership changes (their log, with MemberAdd's ids, is traced too).
 
 use std::time::Duration;
 
@@ -126,6 +127,26 @@ fn a_mixed_fault_seed_twice_gives_the_same_trace_hash() {
     for seed in [busy_seed(), 40] {
         same_trace_hash_twice(seed);
     }
+}
+
+/// A CI seed with a membership client (a 3-member cluster; members removed, the
+/// leadership moved; with joins, a voter added): members that come and go, MemberAdd's
+/// ids from simulated time, removed members stopping, all replay exactly.
+const MEMBERSHIP_SEED: u64 = 32;
+
+#[test]
+#[cfg_attr(
+    not(tokio_unstable),
+    ignore = "needs --cfg tokio_unstable: tokio's select! RNG is unseeded without it"
+)]
+fn a_membership_seed_twice_gives_the_same_trace_hash() {
+    support::init_tracing();
+    let scenario = Scenario::from_seed(MEMBERSHIP_SEED);
+    assert!(
+        scenario.membership.len() >= 2,
+        "seed {MEMBERSHIP_SEED} has no membership client: pick another"
+    );
+    same_trace_hash_twice(MEMBERSHIP_SEED);
 }
 
 fn same_trace_hash_twice(seed: u64) {

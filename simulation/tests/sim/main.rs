@@ -10,6 +10,7 @@ mod basics;
 mod determinism;
 mod follower_restart;
 mod leader_isolation;
+mod membership;
 mod replay;
 mod seeds;
 mod support;

@@ -29,6 +29,9 @@ fn replay() {
         println!("{line}");
     }
     println!("trace hash {:016x}", report.trace_hash);
+    for finding in &report.known {
+        println!("known server bug: {finding}");
+    }
     assert!(report.passed(), "{report}");
     println!("{}", report.summary());
 }

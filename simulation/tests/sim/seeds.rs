@@ -3,8 +3,10 @@
 //! member), crashes (of a follower, of the leader, of the leader in the middle of a
 //! write, of a majority), restarts, slow members, delay and loss, with two to four
 //! concurrent clients doing Put, Range, Txn compare-and-swap, DeleteRange and Compact,
-//! one or two watchers over their keys, and every checker at the end. Split into four
-//! tests so that the harness runs them side by side.
+//! one or two watchers over their keys, a lease client, in a quarter of the seeds a
+//! membership client (members added, promoted, removed and replaced, the leadership
+//! moved, peer URLs updated), and every checker at the end. Split into four tests so
+//! that the harness runs them side by side.
 //!
 //! A failing seed is printed with its fault plan, its faults as injected, its
 //! violations and the command that replays it with logs. With `--nocapture` every
@@ -13,6 +15,7 @@
 use std::collections::BTreeSet;
 
 use quantykube_simulation::faults::Fault;
+use quantykube_simulation::workload::MembershipOp;
 use quantykube_simulation::{FaultPlan, Scenario, SeedReport};
 
 use crate::support;
@@ -35,11 +38,14 @@ fn run_part(part: u64) {
     let operations: usize = reports.iter().map(|r| r.operations).sum();
     let unknown: usize = reports.iter().map(|r| r.unknown).sum();
     let faults: usize = reports.iter().map(|r| r.injected).sum();
+    let changes: usize = reports.iter().map(|r| r.membership_changes).sum();
+    let known: usize = reports.iter().map(|r| r.known.len()).sum();
     let simulated: f64 = reports.iter().map(|r| r.simulated.as_secs_f64()).sum();
     let real: f64 = reports.iter().map(|r| r.real.as_secs_f64()).sum();
     eprintln!(
         "CI seeds part {part}: {} seeds, {operations} operations ({unknown} unknown), \
-         {faults} faults, {simulated:.0}s simulated in {real:.0}s",
+         {faults} faults, {changes} membership changes ({known} findings of known server \
+         bugs), {simulated:.0}s simulated in {real:.0}s",
         reports.len()
     );
     let failed: Vec<String> = reports
@@ -100,4 +106,23 @@ fn ci_set_covers_both_sizes_and_every_fault_kind() {
         })
         .collect();
     assert_eq!(kinds.len(), 11, "{kinds:?}");
+}
+
+/// Some seeds of the set change the membership, planning every kind of change.
+#[test]
+fn ci_set_changes_the_membership_in_every_way() {
+    let scenarios: Vec<Scenario> = (1..=CI_SEEDS).map(Scenario::from_seed).collect();
+    let with = scenarios
+        .iter()
+        .filter(|s| !s.membership.is_empty())
+        .count();
+    assert!(
+        (8..=24).contains(&with),
+        "{with} seeds with a membership client"
+    );
+    let kinds: BTreeSet<MembershipOp> = scenarios
+        .iter()
+        .flat_map(|s| s.membership.iter().map(|step| step.op))
+        .collect();
+    assert_eq!(kinds.len(), 7, "{kinds:?}");
 }
