@@ -615,10 +615,11 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         WalSyncer::inline(&db)
     };
     let log_store = LogStore::with_syncer(db.clone(), syncer)?;
-    let channels = PeerChannels::with_cluster_id(
+    let channels = PeerChannels::with_identity(
         environment.dialer.clone(),
         DialOptions::default(),
         cluster_id,
+        id,
     );
     let network = PeerNetworkFactory::new(guard.clone(), channels.clone());
     let snapshot_exports = state_machine.snapshot_exports();

@@ -89,20 +89,25 @@ pub enum DialError {
 /// Metadata naming the sender's cluster on every peer request, as etcd's
 /// `X-Etcd-Cluster-ID` header: a peer of another cluster refuses the request.
 pub const CLUSTER_ID_METADATA: &str = "x-quantykube-cluster-id";
+/// Metadata naming the sending member, so that a leader refuses a removed member's
+/// forwarded writes and read index requests.
+pub const MEMBER_ID_METADATA: &str = "x-quantykube-member-id";
 
-/// Stamps the sender's cluster id on each request of a channel.
+type Ascii = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;
+
+/// Stamps the sender's cluster id and member id on each request of a channel.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct ClusterStamp(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+pub(crate) struct ClusterStamp(Option<(Ascii, Ascii)>);
 
 impl tonic::service::Interceptor for ClusterStamp {
     fn call(
         &mut self,
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(id) = &self.0 {
-            request
-                .metadata_mut()
-                .insert(CLUSTER_ID_METADATA, id.clone());
+        if let Some((cluster, member)) = &self.0 {
+            let metadata = request.metadata_mut();
+            metadata.insert(CLUSTER_ID_METADATA, cluster.clone());
+            metadata.insert(MEMBER_ID_METADATA, member.clone());
         }
         Ok(request)
     }
@@ -167,10 +172,16 @@ impl PeerChannels {
         }
     }
 
-    /// Pooled channels stamp `cluster_id` on every request (call before first use).
-    pub fn with_cluster_id(dialer: Arc<dyn Dialer>, options: DialOptions, cluster_id: u64) -> Self {
+    /// Pooled channels stamp `cluster_id` and `member_id` on every request.
+    pub fn with_identity(
+        dialer: Arc<dyn Dialer>,
+        options: DialOptions,
+        cluster_id: u64,
+        member_id: NodeId,
+    ) -> Self {
         let channels = Self::new(dialer, options);
-        let stamp = tonic::metadata::MetadataValue::try_from(format!("{cluster_id:x}")).ok();
+        let hex = |id: u64| Ascii::try_from(format!("{id:x}")).ok();
+        let stamp = hex(cluster_id).zip(hex(member_id));
         let inner = Inner {
             dialer: channels.inner.dialer.clone(),
             options: channels.inner.options.clone(),

@@ -34,6 +34,7 @@ pub mod wal_sync;
 
 pub use channels::{
     DialError, DialOptions, Lane, PeerChannels, CLUSTER_ID_METADATA, MAX_PEER_MESSAGE_BYTES,
+    MEMBER_ID_METADATA,
 };
 pub use client::{RaftClient, RaftClientOptions, ReadError, WriteError};
 pub use config::{raft_config, RaftConfigError};

@@ -27,8 +27,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use openraft::async_runtime::WatchReceiver;
 
-use crate::channels::CLUSTER_ID_METADATA;
 use crate::channels::MAX_PEER_MESSAGE_BYTES;
+use crate::channels::{CLUSTER_ID_METADATA, MEMBER_ID_METADATA};
 use crate::codec;
 use crate::guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_REMOVED};
 use crate::pb;
@@ -238,6 +238,7 @@ where
         request: Request<Streaming<pb::ProposeCommandsRequest>>,
     ) -> Result<Response<OutcomeStream>, Status> {
         self.same_cluster(&request)?;
+        self.refuse_removed_sender(&request)?;
         Ok(Response::new(propose_stream::serve(
             self.raft.clone(),
             request.into_inner(),
@@ -249,6 +250,7 @@ where
         request: Request<pb::ReadIndexRequest>,
     ) -> Result<Response<pb::ReadIndexResponse>, Status> {
         self.same_cluster(&request)?;
+        self.refuse_removed_sender(&request)?;
         let reply = match self.raft.get_read_linearizer(ReadPolicy::ReadIndex).await {
             Ok(linearizer) => pb::ReadIndexResponse {
                 read_log_id: Some(encode("read log id", linearizer.read_log_id().log_id())?.into()),
@@ -316,6 +318,21 @@ where
             "{CLUSTER_ID_MISMATCH}: local={local}, remote={}",
             sent.to_str().unwrap_or("?")
         )))
+    }
+
+    /// A removed member that has not learned of its removal may still forward its
+    /// clients' writes and ask for read indexes: it must not acknowledge a write or
+    /// serve a linearizable read after its removal, so the leader refuses it.
+    fn refuse_removed_sender<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let sender = request
+            .metadata()
+            .get(MEMBER_ID_METADATA)
+            .and_then(|id| id.to_str().ok())
+            .and_then(|id| u64::from_str_radix(id, 16).ok());
+        match sender {
+            Some(id) => self.refuse_removed(id),
+            None => Ok(()),
+        }
     }
 
     /// A member the cluster removed may still campaign (it may never have applied its

@@ -195,13 +195,21 @@ where
         }
     }
 
-    /// Waits until some leader is known, or the deadline.
+    /// Waits until a leader is known together with its address (a member that just
+    /// joined hears from the leader before the membership naming it reaches it), or
+    /// the deadline. `route` answers `NoLeader` until then, so waiting for less would
+    /// spin.
     async fn wait_for_leader(&self, deadline: Instant) -> Pause {
         let remaining = deadline.saturating_duration_since(Instant::now());
+        let routable = |m: &openraft::RaftMetrics<TypeConfig>| {
+            m.current_leader.is_some_and(|leader| {
+                leader == m.id || m.membership_config.membership().get_node(&leader).is_some()
+            })
+        };
         match self
             .raft
             .wait(Some(remaining))
-            .metrics(|m| m.current_leader.is_some(), "a leader is known")
+            .metrics(routable, "a leader with a known address")
             .await
         {
             Ok(_) => Pause::Again,
