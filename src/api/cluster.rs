@@ -36,8 +36,8 @@ pub struct ClusterService {
 
 /// Where a change is carried out.
 enum Done {
-    /// On this member, the leader: done.
-    Here,
+    /// On this member, the leader: done, with the membership it committed if known.
+    Here(Option<openraft::Membership<u64, quantykube_raft::Member>>),
     /// On the leader: the request goes there.
     Relay(ClusterClient<Channel>),
 }
@@ -50,7 +50,14 @@ impl ClusterService {
     /// Every member of the applied membership, with what it published about itself.
     pub fn members(node: &Node) -> Result<Vec<Member>, Status> {
         let metrics = node.raft().metrics().borrow_watched().clone();
-        let membership = metrics.membership_config.membership();
+        Self::members_in(node, metrics.membership_config.membership())
+    }
+
+    /// Every member of `membership`, with what it published about itself.
+    fn members_in(
+        node: &Node,
+        membership: &openraft::Membership<u64, quantykube_raft::Member>,
+    ) -> Result<Vec<Member>, Status> {
         let learners: Vec<u64> = membership.learner_ids().collect();
         let mut members = Vec::new();
         for (id, member) in membership.nodes() {
@@ -72,6 +79,17 @@ impl ClusterService {
         Ok(members)
     }
 
+    /// The member list after a change carried out here.
+    fn members_after(
+        &self,
+        committed: Option<openraft::Membership<u64, quantykube_raft::Member>>,
+    ) -> Result<Vec<Member>, Status> {
+        match committed {
+            Some(membership) => Self::members_in(&self.node, &membership),
+            None => Self::members(&self.node),
+        }
+    }
+
     fn header(&self) -> Result<ResponseHeader, Status> {
         super::current_header(&self.node)
     }
@@ -89,7 +107,7 @@ impl ClusterService {
         for _ in 0..ATTEMPTS {
             if self.node.is_leader() {
                 match changes.apply(&self.node, change.clone()).await {
-                    Ok(Outcome::Done(_)) => return Ok(Done::Here),
+                    Ok(Outcome::Done(changed)) => return Ok(Done::Here(changed.membership)),
                     Ok(Outcome::HandedOver) => {
                         handed_over = true;
                         continue;
@@ -195,7 +213,7 @@ impl Cluster for ClusterService {
                 response.header = Some(self.header()?);
                 response
             }
-            Done::Here => MemberAddResponse {
+            Done::Here(committed) => MemberAddResponse {
                 header: Some(self.header()?),
                 member: Some(Member {
                     id,
@@ -204,7 +222,7 @@ impl Cluster for ClusterService {
                     client_ur_ls: Vec::new(),
                     is_learner,
                 }),
-                members: Self::members(&self.node)?,
+                members: self.members_after(committed)?,
             },
         };
         Ok(Response::new(response))
@@ -219,7 +237,7 @@ impl Cluster for ClusterService {
         let change = Change::Remove { id: req.id };
         let members = match self.on_leader(relayed, change).await? {
             Done::Relay(mut leader) => leader.member_remove(mark(req)).await?.into_inner().members,
-            Done::Here => Self::members(&self.node)?,
+            Done::Here(committed) => self.members_after(committed)?,
         };
         Ok(Response::new(MemberRemoveResponse {
             header: Some(self.header()?),
@@ -240,7 +258,7 @@ impl Cluster for ClusterService {
         };
         let members = match self.on_leader(relayed, change).await? {
             Done::Relay(mut leader) => leader.member_update(mark(req)).await?.into_inner().members,
-            Done::Here => Self::members(&self.node)?,
+            Done::Here(committed) => self.members_after(committed)?,
         };
         Ok(Response::new(MemberUpdateResponse {
             header: Some(self.header()?),
@@ -270,7 +288,7 @@ impl Cluster for ClusterService {
         let change = Change::Promote { id: req.id };
         let members = match self.on_leader(relayed, change).await? {
             Done::Relay(mut leader) => leader.member_promote(mark(req)).await?.into_inner().members,
-            Done::Here => Self::members(&self.node)?,
+            Done::Here(committed) => self.members_after(committed)?,
         };
         Ok(Response::new(MemberPromoteResponse {
             header: Some(self.header()?),

@@ -55,6 +55,9 @@ pub struct MemberChanges {
 pub struct Changed {
     /// The member the change was about.
     pub id: NodeId,
+    /// The membership the change committed, when it waited for the commit. raft's
+    /// metrics may show it a moment later than the commit answers.
+    pub membership: Option<openraft::Membership<NodeId, Member>>,
 }
 
 /// Whether to go on here or somewhere else.
@@ -137,7 +140,10 @@ impl MemberChanges {
         tokio::select! {
             result = &mut task => result.map_err(|e| MembershipError::Raft(e.to_string()))?,
             seen = tokio::time::timeout(APPEND_WAIT, appended) => match seen {
-                Ok(Ok(_)) => Ok(Outcome::Done(Changed { id })),
+                Ok(Ok(_)) => Ok(Outcome::Done(Changed {
+                    id,
+                    membership: None,
+                })),
                 _ => Err(MembershipError::Timeout),
             },
         }
@@ -218,10 +224,13 @@ async fn carry_out(
             .change_membership_if(changes, retain, [precondition])
             .await
         {
-            Ok(_) => {
+            Ok(response) => {
                 let id = change_target(&change);
                 tracing::info!(?change, "applied a configuration change through raft");
-                return Ok(Outcome::Done(Changed { id }));
+                return Ok(Outcome::Done(Changed {
+                    id,
+                    membership: response.membership,
+                }));
             }
             Err(error) if retry_later(&error) => {
                 tracing::debug!(%error, "membership change must wait");
