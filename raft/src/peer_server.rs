@@ -239,9 +239,14 @@ where
     ) -> Result<Response<OutcomeStream>, Status> {
         self.same_cluster(&request)?;
         self.refuse_removed_sender(&request)?;
+        let sender = sender_id(&request);
+        let guard = self.guard.clone();
+        // The stream outlives membership changes: the sender is checked per batch.
+        let admitted = move || sender.is_none_or(|id| !guard.is_removed(id));
         Ok(Response::new(propose_stream::serve(
             self.raft.clone(),
             request.into_inner(),
+            admitted,
         )))
     }
 
@@ -324,12 +329,7 @@ where
     /// clients' writes and ask for read indexes: it must not acknowledge a write or
     /// serve a linearizable read after its removal, so the leader refuses it.
     fn refuse_removed_sender<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        let sender = request
-            .metadata()
-            .get(MEMBER_ID_METADATA)
-            .and_then(|id| id.to_str().ok())
-            .and_then(|id| u64::from_str_radix(id, 16).ok());
-        match sender {
+        match sender_id(request) {
             Some(id) => self.refuse_removed(id),
             None => Ok(()),
         }
@@ -343,6 +343,15 @@ where
         }
         Ok(())
     }
+}
+
+/// The member a peer request says it comes from.
+fn sender_id<T>(request: &Request<T>) -> Option<NodeId> {
+    request
+        .metadata()
+        .get(MEMBER_ID_METADATA)
+        .and_then(|id| id.to_str().ok())
+        .and_then(|id| u64::from_str_radix(id, 16).ok())
 }
 
 fn stopped(e: RaftError<TypeConfig>) -> Status {

@@ -28,9 +28,13 @@ pub type OutcomeStream = ReceiverStream<Result<pb::ProposeCommandsResponse, Stat
 /// stream ends once the follower closed its side and every command it sent is answered,
 /// once the follower stops reading, or once raft stops (after answering the commands in
 /// flight), so that a server shutting down gracefully never waits on an idle stream.
+/// Serves one follower's stream. `admitted` is asked before each batch is proposed:
+/// once it says no (the cluster removed the sender), every command is refused and
+/// the stream takes no more.
 pub fn serve<SM>(
     raft: Raft<SM>,
     mut incoming: Streaming<pb::ProposeCommandsRequest>,
+    admitted: impl Fn() -> bool + Send + 'static,
 ) -> OutcomeStream
 where
     SM: RaftStateMachine<TypeConfig>,
@@ -45,6 +49,11 @@ where
             tokio::select! {
                 () = &mut raft_stopped, if follower_sending => follower_sending = false,
                 message = incoming.message(), if follower_sending => match message {
+                    Ok(Some(request)) if !admitted() => {
+                        let outcomes = request.commands.into_iter().map(refused).collect();
+                        let _ = outcomes_tx.send(Ok(pb::ProposeCommandsResponse { outcomes })).await;
+                        follower_sending = false;
+                    }
                     Ok(Some(request)) => {
                         for forwarded in request.commands {
                             in_flight.push(propose(raft.clone(), forwarded));
@@ -85,6 +94,18 @@ where
         if metrics.changed().await.is_err() {
             return;
         }
+    }
+}
+
+/// The outcome of a command from a sender the cluster removed: not proposed.
+fn refused(forwarded: pb::ForwardedCommand) -> pb::ForwardedOutcome {
+    pb::ForwardedOutcome {
+        id: forwarded.id,
+        error: Some(pb::ProposeError {
+            code: Code::FailedPrecondition as i32,
+            message: crate::guard::MEMBER_REMOVED.to_string(),
+        }),
+        ..Default::default()
     }
 }
 
