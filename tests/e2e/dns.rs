@@ -29,16 +29,14 @@ use std::future::Future;
 use std::io::{self, Write};
 use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use tempfile::TempDir;
 
-use crate::harness::{find_on_path, Target};
+use crate::harness::{find_on_path, spawn_tied_to_process, Target};
 
 const DOMAIN: &str = "qk.test";
 const TOKEN: &str = "qk-dns";
@@ -202,47 +200,6 @@ fn namespace(tag: &str) -> Option<Netns> {
 // ---------------------------------------------------------------------------------
 // Processes in the namespace.
 
-type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
-
-/// Spawns `cmd` from one long-lived thread with `PR_SET_PDEATHSIG` = SIGKILL, so that
-/// it dies with the test process even if no destructor runs (`ip netns exec` execs the
-/// program, so the child is the program itself).
-fn spawn_tied(mut cmd: Command) -> io::Result<Child> {
-    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the closure only calls async-signal-safe functions (prctl, getppid, _exit).
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-    let sender = SPAWNER
-        .get_or_init(|| {
-            let (tx, rx) = mpsc::channel::<SpawnRequest>();
-            std::thread::Builder::new()
-                .name("qk-dns-spawner".into())
-                .spawn(move || {
-                    for (mut cmd, reply) in rx {
-                        let _ = reply.send(cmd.spawn());
-                    }
-                })
-                .expect("start spawner thread");
-            Mutex::new(tx)
-        })
-        .lock()
-        .expect("spawner lock")
-        .clone();
-    let (reply_tx, reply_rx) = mpsc::channel();
-    sender.send((cmd, reply_tx)).expect("spawner is gone");
-    reply_rx.recv().expect("spawner is gone")
-}
-
 /// A child process killed on drop.
 struct Process(Option<Child>);
 
@@ -296,7 +253,7 @@ fn start_dnsmasq(ns: &Netns, dir: &Path) -> Result<Process, String> {
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log);
     let process = Process(Some(
-        spawn_tied(cmd).map_err(|e| format!("spawn dnsmasq: {e}"))?,
+        spawn_tied_to_process(cmd).map_err(|e| format!("spawn dnsmasq: {e}"))?,
     ));
     // Ready once a name resolves through it.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -424,7 +381,7 @@ impl<'ns> Members<'ns> {
                 cmd.env_remove(key);
             }
         }
-        let child = spawn_tied(cmd).unwrap_or_else(|e| panic!("spawn {}: {e}", m.name));
+        let child = spawn_tied_to_process(cmd).unwrap_or_else(|e| panic!("spawn {}: {e}", m.name));
         self.members[i].child = Some(child);
     }
 
@@ -631,10 +588,20 @@ fn host_names_in_urls_resolve_when_dialled() {
 
         // Move m1: down, writes it misses, a new address for its name, up again there.
         cluster.kill(0);
+        // If m1 led, the first writes wait for an election: retry as clients do.
         for k in 0..5 {
-            put(&cluster.endpoint(1), &format!("while-down-{k}"), "2")
-                .await
-                .unwrap_or_else(|e| panic!("write while m1 is down: {e}"));
+            let key = format!("while-down-{k}");
+            let give_up = Instant::now() + Duration::from_secs(15);
+            loop {
+                match put(&cluster.endpoint(1), &key, "2").await {
+                    Ok(_) => break,
+                    Err(e) if Instant::now() < give_up => {
+                        println!("write while m1 is down, retrying: {e}");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(e) => panic!("write while m1 is down: {e}"),
+                }
+            }
         }
         hosts[0].1 = MOVED_TO;
         ns.write_hosts(&hosts);

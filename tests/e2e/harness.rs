@@ -1032,7 +1032,7 @@ type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
 /// Spawns `cmd` from one long-lived thread, with `PR_SET_PDEATHSIG` = SIGKILL, so the
 /// child dies when this test process dies, even if no destructor runs. (The death
 /// signal fires when the *thread* that forked exits, hence the dedicated thread.)
-fn spawn_tied_to_process(mut cmd: Command) -> io::Result<Child> {
+pub fn spawn_tied_to_process(mut cmd: Command) -> io::Result<Child> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure only calls async-signal-safe functions (prctl, getppid, _exit).
