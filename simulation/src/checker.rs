@@ -39,7 +39,7 @@ mod membership;
 mod watch;
 
 pub use lease::{check_leases, LIVENESS_SLACK, SAFETY_SLACK};
-pub use membership::{await_member_lists, check_membership, MemberAnswer, MembershipFacts};
+pub use membership::{await_member_lists, check_membership, MembershipFacts};
 pub use watch::check_watches;
 
 use std::collections::BTreeMap;

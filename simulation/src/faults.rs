@@ -502,9 +502,8 @@ impl<'c> Injector<'c> {
     /// Injects one fault now (a mid-write crash first waits for a write).
     pub fn inject(&mut self, sim: &mut turmoil::Sim<'_>, fault: &Fault) -> Result<(), SimError> {
         match self.inject_one(sim, fault) {
-            // Membership changes may have left a single member: nothing to aim at (or it
-            // is down already).
-            Err(SimError::Invalid(why)) if why == NO_FOLLOWER || why == NO_RUNNING_MEMBER => {
+            // Membership changes may have left a single member: nothing to aim at.
+            Err(SimError::Invalid(why)) if why == NO_FOLLOWER => {
                 self.injected -= 1;
                 self.note(sim, format!("skip {fault}: {why}"));
                 Ok(())
@@ -642,7 +641,7 @@ impl<'c> Injector<'c> {
                 self.rng
                     .pick(&running)
                     .cloned()
-                    .ok_or_else(|| SimError::Invalid(NO_RUNNING_MEMBER.into()))
+                    .ok_or_else(|| SimError::Invalid("every member is down".into()))
             }
         }
     }
@@ -673,8 +672,6 @@ impl<'c> Injector<'c> {
 
 /// Why a fault aimed at a follower found none (a cluster shrunk to one member).
 const NO_FOLLOWER: &str = "no running follower";
-/// Why a fault found no member to aim at (a one-member cluster crashed already).
-const NO_RUNNING_MEMBER: &str = "every member is down";
 
 #[cfg(test)]
 mod tests {

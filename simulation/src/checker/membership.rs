@@ -8,7 +8,7 @@
 //!
 //! | property | violated when |
 //! |---|---|
-//! | `member-list-agreement` | two members still in the cluster report different member lists (ids, peer URLs, learner flags), or one does not answer (a learner refuses MemberList, as etcd 3.6's do: it must be listed as a learner) |
+//! | `member-list-agreement` | two members still in the cluster report different member lists (ids, peer URLs, learner flags), or one does not answer |
 //! | `membership-settled` | the agreed list contradicts an acknowledged change (a member whose removal was acknowledged is still listed, one whose addition was acknowledged is missing, an acknowledged promotion left a learner, an acknowledged MemberUpdate's peer URL is not there), a listed member never started, or the list is not exactly the members the cluster counts: what a configuration left joint, or a change lost, shows through MemberList |
 //! | `removed-member-served` | a member answered a linearizable read that was sent after its removal was acknowledged |
 //! | `removed-member-acked` | a member acknowledged a write (Put, Delete, Txn, Compact, LeaseGrant, LeaseRevoke) that was sent after its removal was acknowledged |
@@ -34,25 +34,13 @@ use crate::history::{
     Outcome,
 };
 
-/// What one member answered to MemberList.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MemberAnswer {
-    /// Its member list.
-    Listed(Vec<ListedMember>),
-    /// It refused as a learner does (etcd 3.6's learners serve no MemberList), and
-    /// its Status says it is one.
-    Learner,
-    /// No answer, or not one a member gives.
-    Failed(String),
-}
-
 /// What the members report, and what the harness saw of removed members' processes,
 /// once a run is over.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MembershipFacts {
-    /// Each member still in the cluster (by host name) with what it answered to
-    /// MemberList.
-    pub lists: Vec<(String, MemberAnswer)>,
+    /// Each member still in the cluster (by host name) with the member list it
+    /// reported, or why it did not.
+    pub lists: Vec<(String, Result<Vec<ListedMember>, String>)>,
     /// Removed members whose process still ran when it should have stopped: at the
     /// end of the run, or when a replacement wiped the host. One line each.
     pub still_running: Vec<String>,
@@ -83,17 +71,13 @@ pub fn check_membership(
 /// The one list every member reports.
 fn agreed_list(facts: &MembershipFacts) -> Result<Vec<ListedMember>, Violation> {
     let mut agreed: Option<(&str, Vec<Compared>)> = None;
-    for (name, answer) in &facts.lists {
-        let list = match answer {
-            MemberAnswer::Listed(list) => list,
-            MemberAnswer::Learner => continue,
-            MemberAnswer::Failed(error) => {
-                return Err(Violation::new(
-                    "member-list-agreement",
-                    format!("{name} did not answer MemberList: {error}"),
-                ))
-            }
-        };
+    for (name, list) in &facts.lists {
+        let list = list.as_ref().map_err(|error| {
+            Violation::new(
+                "member-list-agreement",
+                format!("{name} did not answer MemberList: {error}"),
+            )
+        })?;
         let compared = compared(list);
         match &agreed {
             None => agreed = Some((name, compared)),
@@ -113,16 +97,15 @@ fn agreed_list(facts: &MembershipFacts) -> Result<Vec<ListedMember>, Violation> 
     let Some((name, _)) = agreed else {
         return Err(Violation::new(
             "member-list-agreement",
-            "no voter is left to ask",
+            "no member is left to ask",
         ));
     };
     let list = facts
         .lists
         .iter()
-        .find_map(|(n, answer)| match answer {
-            MemberAnswer::Listed(list) if n == name => Some(list.clone()),
-            _ => None,
-        })
+        .find(|(n, _)| n == name)
+        .and_then(|(_, l)| l.as_ref().ok())
+        .cloned()
         .unwrap_or_default();
     Ok(list)
 }
@@ -230,17 +213,6 @@ fn check_settled(
     for member in list.iter().filter(|m| m.name.is_empty()) {
         violations.push(settled(format!("{member} is listed but never started")));
     }
-    for (name, _) in facts
-        .lists
-        .iter()
-        .filter(|(_, a)| *a == MemberAnswer::Learner)
-    {
-        if !list.iter().any(|m| m.name == *name && m.is_learner) {
-            violations.push(settled(format!(
-                "{name} refuses MemberList as a learner, but the members do not list it as one"
-            )));
-        }
-    }
     let mut counted: Vec<&str> = facts.lists.iter().map(|(n, _)| n.as_str()).collect();
     counted.sort_unstable();
     let mut names: Vec<&str> = list
@@ -314,7 +286,7 @@ fn served(op: &Operation) -> bool {
 pub async fn await_member_lists(
     members: &[(String, String)],
     within: Duration,
-) -> Vec<(String, MemberAnswer)> {
+) -> Vec<(String, Result<Vec<ListedMember>, String>)> {
     let deadline = tokio::time::Instant::now() + within;
     let mut clients: BTreeMap<String, Client> = BTreeMap::new();
     loop {
@@ -322,17 +294,11 @@ pub async fn await_member_lists(
         for (name, url) in members {
             lists.push((name.clone(), member_list(&mut clients, name, url).await));
         }
-        let listed: Vec<Vec<Compared>> = lists
-            .iter()
-            .filter_map(|(_, answer)| match answer {
-                MemberAnswer::Listed(list) => Some(compared(list)),
-                _ => None,
-            })
-            .collect();
-        let agreed = !lists
-            .iter()
-            .any(|(_, a)| matches!(a, MemberAnswer::Failed(_)))
-            && listed.windows(2).all(|w| w[0] == w[1]);
+        let agreed = lists.iter().all(|(_, l)| l.is_ok())
+            && lists.windows(2).all(|w| match (&w[0].1, &w[1].1) {
+                (Ok(a), Ok(b)) => compared(a) == compared(b),
+                _ => false,
+            });
         if agreed || tokio::time::Instant::now() >= deadline {
             return lists;
         }
@@ -344,17 +310,15 @@ async fn member_list(
     clients: &mut BTreeMap<String, Client>,
     name: &str,
     url: &str,
-) -> MemberAnswer {
+) -> Result<Vec<ListedMember>, String> {
     if !clients.contains_key(name) {
-        match client::connect(url).await {
-            Ok(client) => clients.insert(name.to_owned(), client),
-            Err(error) => return MemberAnswer::Failed(error.to_string()),
-        };
+        let client = client::connect(url).await.map_err(|e| e.to_string())?;
+        clients.insert(name.to_owned(), client);
     }
-    let Some(client) = clients.get_mut(name) else {
-        return MemberAnswer::Failed(format!("no client for {name}"));
-    };
-    let answer = match client.member_list().await {
+    let client = clients
+        .get_mut(name)
+        .ok_or_else(|| format!("no client for {name}"))?;
+    match client.member_list().await {
         Ok(response) => {
             let mut list: Vec<ListedMember> = response
                 .members()
@@ -362,25 +326,13 @@ async fn member_list(
                 .map(ListedMember::from_member)
                 .collect();
             list.sort();
-            MemberAnswer::Listed(list)
+            Ok(list)
         }
-        Err(etcd_client::Error::GRpcStatus(status))
-            if status.message() == "etcdserver: rpc not supported for learner" =>
-        {
-            match client.status().await {
-                Ok(status) if status.is_learner() => MemberAnswer::Learner,
-                Ok(_) => MemberAnswer::Failed(
-                    "refused MemberList as a learner, but its Status says it is not one".into(),
-                ),
-                Err(error) => MemberAnswer::Failed(error.to_string()),
-            }
+        Err(error) => {
+            clients.remove(name);
+            Err(error.to_string())
         }
-        Err(error) => MemberAnswer::Failed(error.to_string()),
-    };
-    if matches!(answer, MemberAnswer::Failed(_)) {
-        clients.remove(name);
     }
-    answer
 }
 
 #[cfg(test)]
@@ -402,7 +354,7 @@ mod tests {
             lists: lists
                 .into_iter()
                 .enumerate()
-                .map(|(i, list)| (format!("n{}", i + 1), MemberAnswer::Listed(list)))
+                .map(|(i, list)| (format!("n{}", i + 1), Ok(list)))
                 .collect(),
             still_running: Vec::new(),
         }
@@ -485,7 +437,7 @@ mod tests {
             vec!["member-list-agreement"]
         );
         let silent = MembershipFacts {
-            lists: vec![("n1".into(), MemberAnswer::Failed("deadline".into()))],
+            lists: vec![("n1".into(), Err("deadline".into()))],
             still_running: Vec::new(),
         };
         assert_eq!(
@@ -538,20 +490,6 @@ mod tests {
             ChangeOutcome::Unknown("deadline".into()),
         )]);
         assert_eq!(check_membership(&unknown, &[], &facts), vec![]);
-    }
-
-    #[test]
-    fn learners_answer_no_member_list_but_must_be_listed_as_learners() {
-        let list = vec![member(1, false), member(2, false), member(3, true)];
-        let mut facts = facts(vec![list.clone(), list]);
-        facts.lists.push(("n3".into(), MemberAnswer::Learner));
-        assert_eq!(check_membership(&log(vec![]), &[], &facts), vec![]);
-        // n2 refuses as a learner, but the others list it as a voter.
-        facts.lists[1].1 = MemberAnswer::Learner;
-        assert_eq!(
-            properties(&check_membership(&log(vec![]), &[], &facts)),
-            vec!["membership-settled"]
-        );
     }
 
     #[test]

@@ -328,8 +328,7 @@ impl Run<'_> {
         });
     }
 
-    /// Promotes learner `id`, asking again while it is not yet in sync (or the member
-    /// asked does not know it yet), as long as the leader lists it as a learner.
+    /// Promotes learner `id`, asking again while it is not yet in sync.
     async fn promote(&mut self, name: &str, id: u64) {
         for _ in 0..self.client.promote_attempts {
             tokio::time::sleep(self.client.promote_every).await;
@@ -345,12 +344,8 @@ impl Run<'_> {
             };
             match self.change(change, &view, Some(name)).await {
                 ChangeOutcome::Done { .. } => return,
-                // Not in sync yet; or the member asked has not applied the learner's
-                // addition yet (it checks before it relays to the leader).
-                ChangeOutcome::Refused { message, .. }
-                    if message.contains("in sync") || message.contains("member not found") => {}
-                ChangeOutcome::Refused { .. } => return,
-                ChangeOutcome::Unknown(_) => {}
+                ChangeOutcome::Refused { message, .. } if !message.contains("in sync") => return,
+                ChangeOutcome::Refused { .. } | ChangeOutcome::Unknown(_) => {}
             }
         }
     }
@@ -499,81 +494,11 @@ impl Run<'_> {
                 let listed: Vec<String> = view.members.iter().map(ToString::to_string).collect();
                 self.log
                     .note(format!("final members: {}", listed.join("; ")));
-                self.await_caught_up().await;
                 return;
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         self.log.note("the member list did not settle");
-    }
-
-    /// Waits (up to 30 s) until every member has applied the log as far as the leader
-    /// had it once the list settled: a member added last has caught up (a cluster grown
-    /// from one voter has no quorum until it has), and the cluster serves again.
-    async fn await_caught_up(&mut self) {
-        let since = history::now();
-        let deadline = since + Duration::from_secs(30);
-        let mut target = None;
-        let mut behind = self.client.directory.current();
-        while history::now() < deadline {
-            if target.is_none() {
-                target = self.leader_log_index().await;
-            }
-            if let Some(index) = target {
-                let mut still = Vec::new();
-                for (name, url) in behind {
-                    let applied = self
-                        .status(&name, &url)
-                        .await
-                        .map(|s| s.raft_applied_index());
-                    if applied.is_none_or(|applied| applied < index) {
-                        still.push((name, url));
-                    }
-                }
-                behind = still;
-                if behind.is_empty() {
-                    self.log.note(format!(
-                        "every member applied the log up to {index}, {:?} after the list settled",
-                        history::now() - since
-                    ));
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        let names: Vec<String> = behind.into_iter().map(|(n, _)| n).collect();
-        self.log.note(format!(
-            "not caught up 30s after the list settled: {names:?}"
-        ));
-    }
-
-    /// The leader's last log index, as it reports it.
-    async fn leader_log_index(&mut self) -> Option<u64> {
-        for (name, url) in self.client.directory.current() {
-            let Some(status) = self.status(&name, &url).await else {
-                continue;
-            };
-            let id = status.header().map_or(0, |h| h.member_id());
-            if status.leader() != 0 && status.leader() == id {
-                return Some(status.raft_index());
-            }
-        }
-        None
-    }
-
-    async fn status(&mut self, name: &str, url: &str) -> Option<etcd_client::StatusResponse> {
-        let asked = async {
-            let client = self.connect(name, url).await.ok()?;
-            client.status().await.ok()
-        };
-        let status = tokio::time::timeout(Duration::from_secs(2), asked)
-            .await
-            .ok()
-            .flatten();
-        if status.is_none() {
-            self.clients.remove(name);
-        }
-        status
     }
 
     /// A seed-chosen voter other than the leader: its host name and id.

@@ -97,8 +97,8 @@ fn added_and_replaced_members_join_and_catch_up() {
     support::init_tracing();
     if KnownIssues::of_this_server().joining_member_spins {
         eprintln!(
-            "skipped: QK_SIM_KNOWN_ISSUES says this server's joining members spin in the \
-             raft client (fixed in 24ba4cf; docs/simulation.md)"
+            "skipped: a joining member spins in the raft client until the server is fixed \
+             (docs/simulation.md); QK_SIM_KNOWN_ISSUES=none runs it on a fixed server"
         );
         return;
     }
