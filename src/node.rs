@@ -95,8 +95,6 @@ pub struct Node {
     changes: MemberChanges,
     /// Seconds since the Unix epoch, for the ids MemberAdd computes as etcd does.
     wall_clock: fn() -> u64,
-    /// Whether the newest membership has this member as a learner.
-    learner: std::sync::atomic::AtomicBool,
 }
 
 impl Node {
@@ -113,10 +111,16 @@ impl Node {
         (self.wall_clock)()
     }
 
-    /// True while the newest membership has this member as a learner. Read on every
-    /// request a learner may not serve, so it is a flag kept by `follow_membership`.
+    /// True while the newest membership has this member as a learner (a borrow of
+    /// raft's metrics: no copy, and never behind them).
     pub fn is_learner(&self) -> bool {
-        self.learner.load(std::sync::atomic::Ordering::Acquire)
+        self.raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .learner_ids()
+            .any(|id| id == self.id)
     }
 
     /// How this member runs blocking store work.
@@ -530,9 +534,8 @@ where
     Ok(())
 }
 
-/// Keeps what follows from the newest membership in step with it: the peer network's
-/// record of where each member listens (see `ClusterGuard::set_members`) and whether
-/// this member is a learner.
+/// Keeps the peer network's record of where each member listens in step with the
+/// newest membership (see `ClusterGuard::set_members`).
 async fn follow_membership(node: Arc<Node>) {
     let mut metrics = node.raft.metrics();
     let mut followed = None;
@@ -546,12 +549,6 @@ async fn follow_membership(node: Arc<Node>) {
                 .nodes()
                 .map(|(id, member)| (*id, member.clone()));
             node.guard.set_members(members);
-            let learner = membership
-                .membership()
-                .learner_ids()
-                .any(|id| id == node.id);
-            node.learner
-                .store(learner, std::sync::atomic::Ordering::Release);
         }
         if metrics.changed().await.is_err() {
             return;
@@ -679,7 +676,6 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
             max_learners: config.max_learners,
         }),
         wall_clock: environment.wall_clock,
-        learner: Default::default(),
     });
     tracing::info!(
         name = %config.name,

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use tokio::sync::watch;
 
@@ -31,7 +31,7 @@ pub struct ClusterGuard {
     removed: RwLock<BTreeSet<NodeId>>,
     removed_self: watch::Sender<bool>,
     /// The newest membership's member records: where each peer listens now.
-    members: RwLock<BTreeMap<NodeId, Member>>,
+    members: RwLock<BTreeMap<NodeId, Arc<Member>>>,
 }
 
 impl ClusterGuard {
@@ -92,11 +92,15 @@ impl ClusterGuard {
     /// network reads a peer's current URL here at every dial: a MemberUpdate takes
     /// effect on the next connection.
     pub fn set_members(&self, members: impl IntoIterator<Item = (NodeId, Member)>) {
-        *self.members.write().unwrap_or_else(|p| p.into_inner()) = members.into_iter().collect();
+        *self.members.write().unwrap_or_else(|p| p.into_inner()) = members
+            .into_iter()
+            .map(|(id, member)| (id, Arc::new(member)))
+            .collect();
     }
 
-    /// The newest record of member `id`, if the membership has it.
-    pub fn member(&self, id: NodeId) -> Option<Member> {
+    /// The newest record of member `id`, if the membership has it (shared: the peer
+    /// network asks on every call).
+    pub fn member(&self, id: NodeId) -> Option<Arc<Member>> {
         self.members
             .read()
             .unwrap_or_else(|p| p.into_inner())

@@ -64,7 +64,7 @@ impl PeerNetworkFactory {
         PeerConnection {
             local_id: self.local_id,
             target,
-            member: member.clone(),
+            member: Arc::new(member.clone()),
             lane,
             channels: self.channels.clone(),
             guard: self.guard.clone(),
@@ -93,7 +93,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
 pub struct PeerConnection {
     local_id: NodeId,
     target: NodeId,
-    member: Member,
+    member: Arc<Member>,
     lane: Lane,
     channels: PeerChannels,
     guard: Arc<ClusterGuard>,
@@ -141,7 +141,7 @@ impl PeerConnection {
 
     /// The target's record as the newest membership has it (its peer URL may have
     /// changed since openraft opened this connection), else the one openraft gave.
-    fn current_member(&self) -> Member {
+    fn current_member(&self) -> Arc<Member> {
         self.guard
             .member(self.target)
             .unwrap_or_else(|| self.member.clone())

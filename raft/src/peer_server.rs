@@ -315,13 +315,14 @@ where
         let Some(sent) = request.metadata().get(CLUSTER_ID_METADATA) else {
             return Ok(());
         };
-        let local = format!("{:x}", self.guard.cluster_id());
-        if sent.to_str().is_ok_and(|sent| sent == local) {
+        // Parsed, not formatted: this runs on every heartbeat and AppendEntries.
+        let local = self.guard.cluster_id();
+        let sent = sent.to_str().unwrap_or("?");
+        if u64::from_str_radix(sent, 16) == Ok(local) {
             return Ok(());
         }
         Err(Status::failed_precondition(format!(
-            "{CLUSTER_ID_MISMATCH}: local={local}, remote={}",
-            sent.to_str().unwrap_or("?")
+            "{CLUSTER_ID_MISMATCH}: local={local:x}, remote={sent}"
         )))
     }
 

@@ -362,6 +362,14 @@ async fn ask(
 
 /// Steps `sim` for `duration` of simulated time.
 pub fn step_for(sim: &mut turmoil::Sim<'_>, duration: Duration) -> Result<(), SimError> {
+    step_for_by(sim, duration, step)
+}
+
+fn step_for_by(
+    sim: &mut turmoil::Sim<'_>,
+    duration: Duration,
+    mut step: impl FnMut(&mut turmoil::Sim<'_>) -> Result<(), SimError>,
+) -> Result<(), SimError> {
     let until = sim.elapsed() + duration;
     while sim.elapsed() < until {
         step(sim)?;
@@ -374,7 +382,16 @@ pub fn step_for(sim: &mut turmoil::Sim<'_>, duration: Duration) -> Result<(), Si
 pub fn step_until(
     sim: &mut turmoil::Sim<'_>,
     limit: Duration,
+    done: impl FnMut() -> bool,
+) -> Result<bool, SimError> {
+    step_until_by(sim, limit, done, step)
+}
+
+fn step_until_by(
+    sim: &mut turmoil::Sim<'_>,
+    limit: Duration,
     mut done: impl FnMut() -> bool,
+    mut step: impl FnMut(&mut turmoil::Sim<'_>) -> Result<(), SimError>,
 ) -> Result<bool, SimError> {
     let until = sim.elapsed() + limit;
     while !done() {
@@ -443,11 +460,7 @@ impl<'c> Injector<'c> {
     /// [`step_for`], serving the cluster's host requests (members joining, data
     /// wiped) after every step.
     pub fn step_for(&self, sim: &mut turmoil::Sim<'_>, duration: Duration) -> Result<(), SimError> {
-        let until = sim.elapsed() + duration;
-        while sim.elapsed() < until {
-            self.step(sim)?;
-        }
-        Ok(())
+        step_for_by(sim, duration, |sim| self.step(sim))
     }
 
     /// [`step_until`], serving the cluster's host requests after every step.
@@ -455,16 +468,9 @@ impl<'c> Injector<'c> {
         &self,
         sim: &mut turmoil::Sim<'_>,
         limit: Duration,
-        mut done: impl FnMut() -> bool,
+        done: impl FnMut() -> bool,
     ) -> Result<bool, SimError> {
-        let until = sim.elapsed() + limit;
-        while !done() {
-            if sim.elapsed() >= until {
-                return Ok(false);
-            }
-            self.step(sim)?;
-        }
-        Ok(true)
+        step_until_by(sim, limit, done, |sim| self.step(sim))
     }
 
     fn step(&self, sim: &mut turmoil::Sim<'_>) -> Result<(), SimError> {

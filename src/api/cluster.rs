@@ -107,7 +107,7 @@ impl ClusterService {
         for _ in 0..ATTEMPTS {
             if self.node.is_leader() {
                 match changes.apply(&self.node, change.clone()).await {
-                    Ok(Outcome::Done(changed)) => return Ok(Done::Here(changed.membership)),
+                    Ok(Outcome::Done(committed)) => return Ok(Done::Here(committed)),
                     Ok(Outcome::HandedOver) => {
                         handed_over = true;
                         continue;
@@ -142,11 +142,13 @@ impl ClusterService {
     }
 }
 
-fn relayed<T>(request: &Request<T>) -> bool {
+/// True for a request another member relayed here.
+pub(super) fn relayed<T>(request: &Request<T>) -> bool {
     request.metadata().contains_key(RELAYED)
 }
 
-fn mark<T>(message: T) -> Request<T> {
+/// `message` as a request relayed to the leader: marked, so it is never relayed again.
+pub(super) fn mark<T>(message: T) -> Request<T> {
     let mut request = Request::new(message);
     request
         .metadata_mut()

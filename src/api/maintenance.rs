@@ -44,11 +44,7 @@ impl Maintenance for MaintenanceService {
         // one, every member reports the revision of everything committed so far.
         let _ = tokio::time::timeout(STATUS_READ_INDEX_WAIT, self.node.read_barrier()).await;
         let metrics = self.node.raft().metrics().borrow_watched().clone();
-        let is_learner = metrics
-            .membership_config
-            .membership()
-            .learner_ids()
-            .any(|id| id == self.node.id());
+        let is_learner = self.node.is_learner();
         let db_size = i64::try_from(self.node.store().approximate_size()).unwrap_or(i64::MAX);
         Ok(Response::new(StatusResponse {
             header: Some(self.header()?),
@@ -69,7 +65,7 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
-        let relayed = request.metadata().contains_key(super::cluster::RELAYED);
+        let relayed = super::cluster::relayed(&request);
         let target = request.get_ref().target_id;
         if self.node.is_leader() {
             self.node
@@ -80,13 +76,8 @@ impl Maintenance for MaintenanceService {
         } else if relayed {
             return Err(status::not_leader());
         } else {
-            let mut relay = tonic::Request::new(request.into_inner());
-            relay.metadata_mut().insert(
-                super::cluster::RELAYED,
-                tonic::metadata::MetadataValue::from_static("1"),
-            );
             MaintenanceClient::new(self.node.leader_channel().await?)
-                .move_leader(relay)
+                .move_leader(super::cluster::mark(request.into_inner()))
                 .await?;
         }
         Ok(Response::new(MoveLeaderResponse {

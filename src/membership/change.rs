@@ -50,20 +50,12 @@ pub struct MemberChanges {
     policy: Policy,
 }
 
-/// What a change did, for the response.
-#[derive(Debug)]
-pub struct Changed {
-    /// The member the change was about.
-    pub id: NodeId,
-    /// The membership the change committed, when it waited for the commit. raft's
-    /// metrics may show it a moment later than the commit answers.
-    pub membership: Option<openraft::Membership<NodeId, Member>>,
-}
-
 /// Whether to go on here or somewhere else.
 #[derive(Debug)]
 pub enum Outcome {
-    Done(Changed),
+    /// Done here, with the membership the change committed when it waited for the
+    /// commit (raft's metrics may show it a moment later than the commit answers).
+    Done(Option<openraft::Membership<NodeId, Member>>),
     /// This member handed leadership over (it is the member being removed): the
     /// request must be sent to the new leader.
     HandedOver,
@@ -86,19 +78,10 @@ impl MemberChanges {
     /// True when `--strict-reconfig-check` guards `change`'s effect on the quorum: a
     /// change the cluster must not take without an active quorum.
     pub fn guards_quorum(&self, node: &Node, change: &Change) -> bool {
-        let voter = |id: &NodeId| {
-            node.raft()
-                .metrics()
-                .borrow_watched()
-                .membership_config
-                .membership()
-                .voter_ids()
-                .any(|v| v == *id)
-        };
         self.policy.strict
             && match change {
                 Change::Add { is_learner, .. } => !is_learner,
-                Change::Remove { id } => voter(id),
+                Change::Remove { id } => is_voter(node, *id),
                 _ => false,
             }
     }
@@ -140,10 +123,7 @@ impl MemberChanges {
         tokio::select! {
             result = &mut task => result.map_err(|e| MembershipError::Raft(e.to_string()))?,
             seen = tokio::time::timeout(APPEND_WAIT, appended) => match seen {
-                Ok(Ok(_)) => Ok(Outcome::Done(Changed {
-                    id,
-                    membership: None,
-                })),
+                Ok(Ok(_)) => Ok(Outcome::Done(None)),
                 _ => Err(MembershipError::Timeout),
             },
         }
@@ -157,8 +137,7 @@ impl MemberChanges {
         target: NodeId,
         timeout: Duration,
     ) -> Result<(), MembershipError> {
-        let view = view(node)?;
-        if !view.voters.contains(&target) {
+        if !is_voter(node, target) {
             return Err(MembershipError::BadLeaderTransferee);
         }
         if target == node.id() {
@@ -225,12 +204,8 @@ async fn carry_out(
             .await
         {
             Ok(response) => {
-                let id = change_target(&change);
                 tracing::info!(?change, "applied a configuration change through raft");
-                return Ok(Outcome::Done(Changed {
-                    id,
-                    membership: response.membership,
-                }));
+                return Ok(Outcome::Done(response.membership));
             }
             Err(error) if retry_later(&error) => {
                 tracing::debug!(%error, "membership change must wait");
@@ -240,15 +215,6 @@ async fn carry_out(
         }
     }
     Err(MembershipError::Timeout)
-}
-
-fn change_target(change: &Change) -> NodeId {
-    match change {
-        Change::Add { id, .. }
-        | Change::Remove { id }
-        | Change::Update { id, .. }
-        | Change::Promote { id } => *id,
-    }
 }
 
 /// The openraft change that carries out `change`, and its `retain` flag.
@@ -302,6 +268,17 @@ fn current_members(node: &Node) -> BTreeMap<NodeId, Member> {
         .collect()
 }
 
+/// True while the newest membership has `id` as a voter.
+fn is_voter(node: &Node, id: NodeId) -> bool {
+    node.raft()
+        .metrics()
+        .borrow_watched()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .any(|voter| voter == id)
+}
+
 /// What the leader knows now, as etcd's rules need it.
 pub fn view(node: &Node) -> Result<ClusterView, MembershipError> {
     let metrics = node.raft().metrics().borrow_watched().clone();
@@ -320,7 +297,7 @@ pub fn view(node: &Node) -> Result<ClusterView, MembershipError> {
     };
     for id in voters.iter().chain(&learners) {
         let published = store::read_member_attributes(node.store(), *id)
-            .map_err(|e| MembershipError::Raft(e.to_string()))?;
+            .map_err(|e| MembershipError::Store(e.to_string()))?;
         if published.is_some_and(|a| !a.name.is_empty()) {
             view.started.insert(*id);
         }

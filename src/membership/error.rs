@@ -38,6 +38,8 @@ pub enum MembershipError {
     Timeout,
     #[error("raft: {0}")]
     Raft(String),
+    #[error("store: {0}")]
+    Store(String),
     // Start-up refusals, printed by main before it exits.
     #[error("this member ({0}) is not in --initial-cluster")]
     NotInInitialCluster(String),

@@ -40,7 +40,6 @@ use etcd_client::proto::{
 };
 use etcd_client::{Client, EventType, GetOptions, Member, MemberAddOptions, WatchOptions};
 use tokio::task::JoinHandle;
-use tonic::codegen::http::uri::PathAndQuery;
 use tonic::Code;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -415,17 +414,7 @@ where
     Resp: prost::Message + Default + Send + Sync + 'static,
 {
     let mut grpc = tonic::client::Grpc::new(raw::channel(endpoint).await);
-    grpc.ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("channel not ready: {e}")))?;
-    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-    grpc.unary(
-        tonic::Request::new(req),
-        PathAndQuery::from_static(path),
-        codec,
-    )
-    .await
-    .map(tonic::Response::into_inner)
+    raw::unary(&mut grpc, path, req).await
 }
 
 async fn raw_member_add(

@@ -55,6 +55,29 @@ pub async fn channel(endpoint: &str) -> Channel {
         .unwrap_or_else(|e| panic!("connect to {endpoint}: {e}"))
 }
 
+/// One unary call of `path` with a raw protobuf request, on any service.
+pub async fn unary<Req, Resp>(
+    grpc: &mut tonic::client::Grpc<Channel>,
+    path: &'static str,
+    req: Req,
+) -> Result<Resp, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("channel not ready: {e}")))?;
+    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+    grpc.unary(
+        tonic::Request::new(req),
+        PathAndQuery::from_static(path),
+        codec,
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
+
 /// A client of the `etcdserverpb.KV` service speaking raw protobuf messages.
 #[derive(Clone)]
 pub struct RawKv {
@@ -77,19 +100,7 @@ impl RawKv {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        self.grpc
-            .ready()
-            .await
-            .map_err(|e| tonic::Status::unavailable(format!("channel not ready: {e}")))?;
-        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-        self.grpc
-            .unary(
-                tonic::Request::new(req),
-                PathAndQuery::from_static(path),
-                codec,
-            )
-            .await
-            .map(tonic::Response::into_inner)
+        unary(&mut self.grpc, path, req).await
     }
 
     pub async fn range(&mut self, req: PbRangeRequest) -> Result<PbRangeResponse, tonic::Status> {
