@@ -7,6 +7,7 @@
 pub mod api;
 pub mod bench;
 pub mod config;
+pub mod http;
 pub mod identity;
 pub mod lessor;
 pub mod membership;
@@ -14,7 +15,9 @@ pub mod node;
 pub mod offload;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
+pub mod probes;
 pub mod proto;
 pub mod state_machine;
 pub mod store;
+pub mod transport;
 pub mod watch;

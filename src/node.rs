@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use openraft::async_runtime::WatchReceiver;
 use prost::Message;
 use quantykube_raft::{
@@ -21,12 +21,10 @@ use quantykube_raft::{
     NodeId, PeerChannels, PeerNetworkFactory, PeerService, Raft, RaftClient, RaftClientOptions,
     TcpDialer, WalSyncer, LOG_COLUMN_FAMILIES, MEMBER_REMOVED,
 };
+use tonic::service::Routes;
 use std::pin::Pin;
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpListener;
-use tokio::net::TcpStream;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::server::Connected;
 use tonic::Status;
 use url::Url;
@@ -34,6 +32,7 @@ use url::Url;
 use crate::api;
 use crate::api::status;
 use crate::config::Config;
+use crate::http::{self, Surface};
 use crate::identity;
 use crate::lessor::Lessor;
 use crate::membership::join::{self, Start};
@@ -45,6 +44,7 @@ use crate::proto::command::{Command, CommandResult, MemberAttributes};
 use crate::proto::etcdserverpb::ResponseHeader;
 use crate::state_machine::StateMachine;
 use crate::store::{self, RevisionStore};
+use crate::transport::{Connection, Listeners, ServerTls, Transport, TransportError};
 
 #[derive(Debug, Error)]
 pub enum NodeError {
@@ -54,8 +54,8 @@ pub enum NodeError {
     RaftConfig(#[from] quantykube_raft::RaftConfigError),
     #[error("raft: {0}")]
     Raft(String),
-    #[error("cannot listen on {url}: {source}")]
-    Listen { url: String, source: std::io::Error },
+    #[error("{0}")]
+    Transport(#[from] TransportError),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
@@ -341,63 +341,40 @@ impl Node {
     }
 }
 
-/// Binds every `http://host:port` listen URL (a host may resolve to several addresses)
-/// into one stream of incoming connections.
-async fn bind_all(urls: &[Url]) -> Result<Incoming<TcpStream>, NodeError> {
-    let mut listeners = Vec::new();
-    for url in urls {
-        let host = url
-            .host_str()
-            .unwrap_or("localhost")
-            .trim_matches(['[', ']']);
-        let port = url.port_or_known_default().unwrap_or(2379);
-        let listen_error = |source| NodeError::Listen {
-            url: url.to_string(),
-            source,
-        };
-        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
-            .await
-            .map_err(listen_error)?
-            .collect();
-        // `localhost` may resolve to both families; etcd listens on what it resolves to.
-        let mut last_error = None;
-        let before = listeners.len();
-        for addr in addrs {
-            match TcpListener::bind(addr).await {
-                Ok(listener) => {
-                    tracing::info!(%url, %addr, "listening");
-                    listeners.push(TcpListenerStream::new(listener));
-                }
-                Err(error) => last_error = Some(error),
-            }
-        }
-        if listeners.len() == before {
-            return Err(listen_error(
-                last_error.unwrap_or_else(|| std::io::Error::other("no address")),
-            ));
-        }
-    }
-    // Go (and so etcd) disables Nagle's algorithm on every TCP connection; without it a
-    // small gRPC response can wait for the client's delayed ACK (~40 ms).
-    let accepted = futures::stream::select_all(listeners).map(|connection| {
-        if let Ok(stream) = &connection {
-            if let Err(error) = stream.set_nodelay(true) {
-                tracing::debug!(%error, "cannot set TCP_NODELAY on an accepted connection");
-            }
-        }
-        connection
-    });
-    Ok(Box::pin(accepted))
-}
-
 /// Incoming connections of one role (peers or clients), from however many listeners.
 pub type Incoming<IO> = Pin<Box<dyn Stream<Item = std::io::Result<IO>> + Send>>;
+
+/// The connections a member serves, by role.
+pub struct Incomings<IO> {
+    pub peers: Incoming<IO>,
+    /// gRPC and, unless `client_http` is given, HTTP too.
+    pub clients: Incoming<IO>,
+    /// `--listen-client-http-urls`: HTTP only.
+    pub client_http: Option<Incoming<IO>>,
+    /// `--listen-metrics-urls`: metrics and the health endpoints.
+    pub metrics: Option<Incoming<IO>>,
+}
+
+impl<IO> Incomings<IO> {
+    /// Peers and clients only, as the simulation serves them.
+    pub fn new(peers: Incoming<IO>, clients: Incoming<IO>) -> Self {
+        Incomings {
+            peers,
+            clients,
+            client_http: None,
+            metrics: None,
+        }
+    }
+}
 
 /// What a member is built from besides its configuration: how it reaches peers, how
 /// it runs blocking work and how it makes its raft log durable. Production uses real
 /// TCP and threads; the simulation swaps in turmoil's network and inline work.
 pub struct Environment {
+    /// Reaches other members' peer URLs.
     pub dialer: Arc<dyn Dialer>,
+    /// Reaches other members' client URLs (requests relayed to the leader).
+    pub client_dialer: Arc<dyn Dialer>,
     pub offload: Offload,
     /// Whether the raft log is synced on its own thread (production) or inline.
     pub threaded_wal_sync: bool,
@@ -409,6 +386,7 @@ impl Environment {
     pub fn production() -> Self {
         Environment {
             dialer: Arc::new(TcpDialer),
+            client_dialer: Arc::new(TcpDialer),
             offload: Offload::BlockingPool,
             threaded_wal_sync: true,
             wall_clock: system_unix_seconds,
@@ -424,10 +402,41 @@ fn system_unix_seconds() -> u64 {
 
 /// Runs a member on the host's network until `shutdown` completes.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), NodeError> {
-    // Bind every listener first, so that a port conflict stops startup at once.
-    let peers = bind_all(&config.listen_peer_urls).await?;
-    let clients = bind_all(&config.listen_client_urls).await?;
-    serve(config, Environment::production(), peers, clients, shutdown).await
+    // Read every certificate and bind every listener first, so that a bad file or a port
+    // conflict stops startup at once, with a message naming it.
+    let transport = Transport::from_config(&config, Arc::new(TcpDialer))?;
+    let incomings = Incomings {
+        peers: listen(&config.listen_peer_urls, transport.peer_tls.as_ref()).await?,
+        clients: listen(&config.listen_client_urls, transport.client_tls.as_ref()).await?,
+        client_http: listen_optional(&config.listen_client_http_urls, &transport).await?,
+        metrics: listen_optional(&config.listen_metrics_urls, &transport).await?,
+    };
+    let environment = Environment {
+        dialer: transport.peer_dialer,
+        client_dialer: transport.client_dialer,
+        ..Environment::production()
+    };
+    serve(config, environment, incomings, shutdown).await
+}
+
+/// Binds `urls` (https ones with `tls`) into one stream of ready connections.
+async fn listen(
+    urls: &[Url],
+    tls: Option<&ServerTls>,
+) -> Result<Incoming<Connection>, NodeError> {
+    Ok(Box::pin(Listeners::bind(urls, tls).await?.incoming()))
+}
+
+/// A listener flag with no default: no URLs, no listener. Its https URLs use the
+/// client side's TLS, as etcd's metrics and HTTP-only listeners do.
+async fn listen_optional(
+    urls: &[Url],
+    transport: &Transport,
+) -> Result<Option<Incoming<Connection>>, NodeError> {
+    if urls.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(listen(urls, transport.client_tls.as_ref()).await?))
 }
 
 /// Runs a member in `environment`, serving peers and clients on the given incoming
@@ -435,8 +444,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 pub async fn serve<IO>(
     config: Config,
     environment: Environment,
-    peers: Incoming<IO>,
-    clients: Incoming<IO>,
+    incomings: Incomings<IO>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), NodeError>
 where
@@ -476,7 +484,25 @@ where
     }
     let peer_router = tonic::transport::Server::builder().add_service(peer_service.into_service());
     let stop = stopped();
+    let Incomings {
+        peers,
+        clients,
+        client_http,
+        metrics,
+    } = incomings;
     servers.spawn(async move { peer_router.serve_with_incoming_shutdown(peers, stop).await });
+    if let Some(metrics) = metrics {
+        // Probes reach the metrics port from the start: a member that cannot publish
+        // (no quorum) still answers them, with 503.
+        let routes = Routes::from(http::router(node.clone(), Surface::Metrics).fallback(http::fallback));
+        let stop = stopped();
+        servers.spawn(async move {
+            tonic::transport::Server::builder()
+                .accept_http1(true)
+                .serve_with_incoming_shutdown(routes, metrics, stop)
+                .await
+        });
+    }
     let (health, health_service) = tonic_health::server::health_reporter();
     tokio::spawn(api::health::track(
         node.clone(),
@@ -503,13 +529,35 @@ where
     ));
     if published {
         tracing::info!("serving clients");
-        let client_router = api::client_router(node.clone(), health_service);
+        // As etcd: HTTP shares the client URLs unless it has URLs of its own.
+        let http_on_clients = client_http.is_none();
+        let mut routes = api::client_routes(node.clone(), health_service);
+        if http_on_clients {
+            routes = Routes::from(
+                routes
+                    .into_axum_router()
+                    .merge(http::router(node.clone(), Surface::Client))
+                    .fallback(http::fallback),
+            );
+        }
+        let server = api::client_server(node.clone(), http_on_clients);
         let stop = stopped();
         servers.spawn(async move {
-            client_router
-                .serve_with_incoming_shutdown(clients, stop)
+            server
+                .serve_with_incoming_shutdown(routes.prepare(), clients, stop)
                 .await
         });
+        if let Some(client_http) = client_http {
+            let routes =
+                Routes::from(http::router(node.clone(), Surface::Client).fallback(http::fallback));
+            let stop = stopped();
+            servers.spawn(async move {
+                tonic::transport::Server::builder()
+                    .accept_http1(true)
+                    .serve_with_incoming_shutdown(routes, client_http, stop)
+                    .await
+            });
+        }
         tokio::select! {
             () = &mut shutdown => tracing::info!("shutting down"),
             Ok(_) = removed.wait_for(|removed| *removed) => {}
@@ -668,7 +716,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         offload: environment.offload,
         watch_progress_interval: config.watch_progress_notify_interval,
         lessor: Arc::default(),
-        dialer: environment.dialer.clone(),
+        dialer: environment.client_dialer.clone(),
         election_timeout: config.election_timeout,
         guard,
         changes: MemberChanges::new(Policy {

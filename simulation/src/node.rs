@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quantykube::config::{self, Invocation};
-use quantykube::node::{self, Environment};
+use quantykube::node::{self, Environment, Incomings};
 use quantykube::offload::Offload;
 
 use crate::error::SimError;
@@ -96,6 +96,7 @@ pub async fn run(spec: Arc<NodeSpec>) -> Result<(), SimError> {
     let clients = net::listen(CLIENT_PORT).await?;
     let environment = Environment {
         dialer: Arc::new(SimDialer),
+        client_dialer: Arc::new(SimDialer),
         offload: Offload::Inline,
         threaded_wal_sync: false,
         wall_clock: simulated_unix_seconds,
@@ -106,7 +107,7 @@ pub async fn run(spec: Arc<NodeSpec>) -> Result<(), SimError> {
     let never = std::future::pending();
     quantykube_raft::with_seed(
         spec.seed,
-        node::serve(config, environment, peers, clients, never),
+        node::serve(config, environment, Incomings::new(peers, clients), never),
     )
     .await?;
     Err(SimError::Stopped(spec.name.clone()))

@@ -3,7 +3,7 @@
 //!
 //! A follower's raft state keeps naming the last leader it heard from, even after that
 //! leader died, so the member probes instead: one read index per period, the same check
-//! `etcdctl endpoint health` makes with its linearizable read.
+//! `etcdctl endpoint health` makes with its linearizable read (`probes`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +19,7 @@ pub async fn track(node: Arc<Node>, reporter: HealthReporter, period: Duration) 
     let mut last = None;
     loop {
         let serving = matches!(
-            tokio::time::timeout(period, node.read_barrier()).await,
+            tokio::time::timeout(period, crate::probes::linearizable_read(&node)).await,
             Ok(Ok(()))
         );
         let status = if serving {

@@ -65,7 +65,13 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if !served_by_learners(request.uri().path()) && self.node.is_learner() {
+        // Only gRPC calls are gated: the HTTP probes on the same port report a
+        // learner themselves (`/readyz`'s non_learner check).
+        let grpc = request
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        if grpc && !served_by_learners(request.uri().path()) && self.node.is_learner() {
             let refused = super::status::not_supported_for_learner().into_http::<R>();
             return Box::pin(async move { Ok(refused) });
         }

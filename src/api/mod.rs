@@ -19,7 +19,8 @@ pub mod watch;
 
 use std::sync::Arc;
 
-use tonic::transport::server::Router;
+use tonic::service::Routes;
+use tonic::transport::Server;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
 use crate::node::Node;
@@ -46,23 +47,32 @@ pub(crate) fn current_header(
 /// a too-large request is answered with etcd's own error rather than a transport one.
 const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
-/// The client-facing server: all six etcd services and gRPC health.
-pub fn client_router<H: Health>(
+/// The client port's server settings and the layers every gRPC call passes through.
+/// `http` also serves HTTP/1.1 (the probes, `/version`, `/metrics`) on the same
+/// listener, as etcd does unless `--listen-client-http-urls` is set.
+pub fn client_server(
     node: Arc<Node>,
-    health: HealthServer<H>,
-) -> Router<
+    http: bool,
+) -> Server<
     tower::layer::util::Stack<
         learner_gate::LearnerGateLayer,
         tower::layer::util::Stack<compat_layer::CompatLayer, tower::layer::util::Identity>,
     >,
 > {
+    Server::builder()
+        .accept_http1(http)
+        .layer(compat_layer::CompatLayer)
+        .layer(learner_gate::LearnerGateLayer::new(node))
+}
+
+/// The client-facing gRPC routes: all six etcd services and gRPC health.
+pub fn client_routes<H: Health>(node: Arc<Node>, health: HealthServer<H>) -> Routes {
     let max = node
         .limits()
         .max_request_bytes
         .saturating_add(GRPC_OVERHEAD_BYTES);
-    tonic::transport::Server::builder()
-        .layer(compat_layer::CompatLayer)
-        .layer(learner_gate::LearnerGateLayer::new(node.clone()))
+    let mut routes = Routes::builder();
+    routes
         .add_service(KvServer::new(kv::KvService::new(node.clone())).max_decoding_message_size(max))
         .add_service(WatchServer::new(watch::WatchService::new(
             node.clone(),
@@ -76,5 +86,6 @@ pub fn client_router<H: Health>(
             maintenance::MaintenanceService::new(node),
         ))
         .add_service(AuthServer::new(unimplemented::AuthService))
-        .add_service(health)
+        .add_service(health);
+    routes.routes()
 }

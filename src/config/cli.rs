@@ -10,6 +10,7 @@
 use clap::{Arg, ArgAction, CommandFactory, Parser};
 
 use super::flags::{env_key, Treatment, FLAGS};
+use super::tls::TLS_FLAGS;
 use super::ETCD_API_VERSION;
 
 /// The implemented flags. Values stay strings here: they are parsed once the
@@ -29,14 +30,14 @@ pub(super) struct Cli {
     /// Path to the data directory [default: ${name}.quantykube]
     #[arg(long, value_name = "DIR")]
     data_dir: Option<String>,
-    /// List of URLs to listen on for client gRPC traffic (http only) [default: http://localhost:2379]
+    /// List of URLs to listen on for client gRPC and HTTP traffic (http or https) [default: http://localhost:2379]
     #[arg(long, value_name = "URLS")]
     listen_client_urls: Option<String>,
     /// List of this member's client URLs to advertise to the public; required when
     /// --listen-client-urls is set [default: http://localhost:2379]
     #[arg(long, value_name = "URLS")]
     advertise_client_urls: Option<String>,
-    /// List of URLs to listen on for peer traffic (http only) [default: http://localhost:2380]
+    /// List of URLs to listen on for peer traffic (http or https) [default: http://localhost:2380]
     #[arg(long, value_name = "URLS")]
     listen_peer_urls: Option<String>,
     /// List of this member's peer URLs to advertise to the rest of the cluster
@@ -100,12 +101,19 @@ pub(super) struct Cli {
     /// Service name to query when using DNS discovery: _etcd-server-<name>._tcp.<domain>
     #[arg(long, value_name = "NAME")]
     discovery_srv_name: Option<String>,
+    /// List of URLs to listen on for HTTP only client traffic (health, metrics,
+    /// version); when set, --listen-client-urls serve gRPC only
+    #[arg(long, value_name = "URLS")]
+    listen_client_http_urls: Option<String>,
+    /// List of URLs to listen on for the metrics and health endpoints
+    #[arg(long, value_name = "URLS")]
+    listen_metrics_urls: Option<String>,
 }
 
 impl Cli {
     /// The given values, by etcd flag name.
-    pub(super) fn into_values(self) -> [(&'static str, Option<String>); 24] {
-        [
+    pub(super) fn into_values(self) -> Vec<(&'static str, Option<String>)> {
+        vec![
             ("name", self.name),
             ("data-dir", self.data_dir),
             ("listen-client-urls", self.listen_client_urls),
@@ -142,8 +150,19 @@ impl Cli {
             ("max-learners", self.max_learners),
             ("discovery-srv", self.discovery_srv),
             ("discovery-srv-name", self.discovery_srv_name),
+            ("listen-client-http-urls", self.listen_client_http_urls),
+            ("listen-metrics-urls", self.listen_metrics_urls),
         ]
     }
+}
+
+/// The TLS flags' values, which the command declares from [`TLS_FLAGS`] rather than
+/// as fields of [`Cli`].
+pub(super) fn tls_values(matches: &clap::ArgMatches) -> Vec<(&'static str, Option<String>)> {
+    TLS_FLAGS
+        .iter()
+        .map(|(name, _)| (*name, matches.get_one::<String>(name).cloned()))
+        .collect()
 }
 
 /// The clap command: the implemented flags, each with its `ETCD_*` variable, and
@@ -152,6 +171,12 @@ pub(super) fn command() -> clap::Command {
     // -h/--help and --version never reach clap (`scan` handles them); they are
     // declared so that the help lists them.
     Cli::command()
+        .args(TLS_FLAGS.iter().map(|(name, help)| {
+            Arg::new(*name)
+                .long(*name)
+                .value_name("VALUE")
+                .help(*help)
+        }))
         .arg(
             Arg::new("help")
                 .short('h')

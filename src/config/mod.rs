@@ -29,7 +29,10 @@
 mod cli;
 mod flags;
 mod scan;
+mod tls;
 mod values;
+
+pub use self::tls::{CipherSuite, TlsInfo, TlsPolicy, TlsSettings, TlsVersion};
 
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
@@ -40,11 +43,12 @@ use std::time::Duration;
 use clap::FromArgMatches;
 use url::Url;
 
-use self::cli::{command, help_text, version_text, Cli};
+use self::cli::{command, help_text, tls_values, version_text, Cli};
 use self::flags::{check_other, env_key, MIGRATED_FLAGS};
 use self::scan::{merge, scan, Setting, Settings};
 use self::values::{
-    advertise_urls, check_initial_cluster, is_version, listen_urls, parse_go_bool,
+    advertise_urls, check_initial_cluster, is_version, listen_urls, optional_listen_urls,
+    parse_go_bool,
     parse_go_duration, parse_go_int, parse_initial_cluster, parse_log_level, to_usize,
     uint_setting, SYNTAX_ERROR,
 };
@@ -127,6 +131,13 @@ pub struct Config {
     pub discovery_srv: Option<String>,
     /// `--discovery-srv-name`: appended as `-<name>` to the SRV services looked up.
     pub discovery_srv_name: Option<String>,
+    /// `--listen-client-http-urls`: HTTP-only client listeners; when any is set, the
+    /// client URLs serve gRPC only, as in etcd.
+    pub listen_client_http_urls: Vec<Url>,
+    /// `--listen-metrics-urls`: `/metrics` and the health endpoints only.
+    pub listen_metrics_urls: Vec<Url>,
+    /// The TLS flags of both sides.
+    pub tls: TlsSettings,
 }
 
 /// One `name=url` group of `--initial-cluster`; a name given several times has several URLs.
@@ -277,12 +288,14 @@ where
     }
     let matches = command().try_get_matches_from(std::iter::once(program).chain(scan.forwarded))?;
     let cli = Cli::from_arg_matches(&matches)?;
+    let mut values = cli.into_values();
+    values.extend(tls_values(&matches));
 
     let mut warnings = Vec::new();
     let Settings {
         implemented: settings,
         others,
-    } = merge(cli.into_values(), scan.others, env, &mut warnings);
+    } = merge(values, scan.others, env, &mut warnings);
 
     if scan.version {
         let etcd_version = settings
@@ -487,6 +500,19 @@ fn resolve(
     let max_learners = uint_setting(get("max-learners"), 1)?;
     let max_learners = to_usize(get("max-learners"), max_learners)?;
 
+    let listen_client_http_urls =
+        optional_listen_urls(get("listen-client-http-urls"), "listen-client-http-urls")?;
+    let listen_metrics_urls =
+        optional_listen_urls(get("listen-metrics-urls"), "listen-metrics-urls")?;
+    let tls = tls::resolve(settings)?;
+    tls::check_secure_urls(
+        &tls,
+        &listen_client_urls,
+        &listen_client_http_urls,
+        &listen_metrics_urls,
+        &listen_peer_urls,
+    )?;
+
     Ok(Config {
         name,
         data_dir,
@@ -511,6 +537,9 @@ fn resolve(
         max_learners,
         discovery_srv,
         discovery_srv_name,
+        listen_client_http_urls,
+        listen_metrics_urls,
+        tls,
     })
 }
 

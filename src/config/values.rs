@@ -200,20 +200,16 @@ struct CheckedUrl {
     host: String,
 }
 
-/// etcd's `types.NewURLs` rules for one URL, minus what QuantyKube lacks (TLS, unix sockets).
+/// etcd's `types.NewURLs` rules for one URL, minus what QuantyKube lacks (unix sockets).
 fn check_url(raw: &str) -> Result<CheckedUrl, String> {
     let s = raw.trim();
     let scheme_error = || format!("URL scheme must be http, https, unix, or unixs: {s}");
     let Some((scheme, rest)) = s.split_once("://") else {
         return Err(scheme_error());
     };
-    match scheme.to_ascii_lowercase().as_str() {
-        "http" => {}
-        "https" => {
-            return Err(format!(
-                "{s} uses TLS, which QuantyKube does not implement yet"
-            ))
-        }
+    let scheme = scheme.to_ascii_lowercase();
+    match scheme.as_str() {
+        "http" | "https" => {}
         "unix" | "unixs" => {
             return Err(format!(
                 "{s} is a unix socket, which QuantyKube does not implement yet"
@@ -239,7 +235,7 @@ fn check_url(raw: &str) -> Result<CheckedUrl, String> {
         return Err(format!("invalid port {port:?} in URL: {s}"));
     }
     Ok(CheckedUrl {
-        text: format!("http://{authority}"),
+        text: format!("{scheme}://{authority}"),
         host: host.to_string(),
     })
 }
@@ -278,6 +274,18 @@ fn url_list(
     urls.sort_by(|a, b| a.text.cmp(&b.text));
     urls.dedup_by(|a, b| a.text == b.text);
     Ok(urls)
+}
+
+/// A listen URL flag with no default (`--listen-metrics-urls`,
+/// `--listen-client-http-urls`): unset or empty means no listener.
+pub(super) fn optional_listen_urls(
+    setting: Option<&Setting>,
+    flag: &'static str,
+) -> Result<Vec<Url>, ConfigError> {
+    match setting {
+        Some(s) if !s.value.trim().is_empty() => listen_urls(Some(s), flag, ""),
+        _ => Ok(Vec::new()),
+    }
 }
 
 pub(super) fn listen_urls(

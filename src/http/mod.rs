@@ -1,0 +1,110 @@
+//! The HTTP surface beside gRPC: etcd's `/health`, `/livez`, `/readyz` (with their
+//! per-check sub-paths), `/version` and `/metrics`, on the client port (one listener
+//! serves gRPC and HTTP/1.1, as etcd's does), on `--listen-client-http-urls` and, the
+//! probes and metrics only, on `--listen-metrics-urls`.
+//!
+//! This module owns paths, methods, status codes and bodies. It holds no check's
+//! meaning (`probes`) and formats no metric (`metrics`); it never calls raft or the
+//! store itself.
+
+mod health;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, Response, StatusCode, Uri};
+use axum::routing::any;
+use axum::Router;
+
+use crate::node::Node;
+
+pub use health::Probe;
+
+/// What a listener serves over HTTP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Surface {
+    /// Client URLs and `--listen-client-http-urls`: everything, `/version` included.
+    Client,
+    /// `--listen-metrics-urls`: `/metrics` and the health endpoints, as etcd's.
+    Metrics,
+}
+
+/// The HTTP routes of `surface`, without a fallback (see [`fallback`]).
+pub fn router(node: Arc<Node>, surface: Surface) -> Router {
+    let mut router = Router::new();
+    {
+        let node = node.clone();
+        router = router.route(
+            "/health",
+            any(move |method: Method, uri: Uri| health::health(node.clone(), method, uri)),
+        );
+    }
+    for probe in [Probe::Livez, Probe::Readyz] {
+        let root = node.clone();
+        router = router.route(
+            probe.root(),
+            any(move |method: Method, uri: Uri| {
+                health::probe(root.clone(), probe, None, method, uri)
+            }),
+        );
+        for &check in probe.checks() {
+            let node = node.clone();
+            router = router.route(
+                &format!("{}/{check}", probe.root()),
+                any(move |method: Method, uri: Uri| {
+                    health::probe(node.clone(), probe, Some(check), method, uri)
+                }),
+            );
+        }
+    }
+    if surface == Surface::Client {
+        let node = node.clone();
+        router = router.route(
+            "/version",
+            any(move |method: Method| version(node.clone(), method)),
+        );
+    }
+    router
+}
+
+/// etcd 3.6's `/version`: this server's version, the cluster's (major.minor.0) and the
+/// storage format's.
+async fn version(node: Arc<Node>, method: Method) -> Response<Body> {
+    if let Some(refused) = health::only_get(&method) {
+        return refused;
+    }
+    let server = node.etcd_version();
+    let cluster = {
+        let mut parts = server.split('.');
+        match (parts.next(), parts.next()) {
+            (Some(major), Some(minor)) => format!("{major}.{minor}.0"),
+            _ => server.to_string(),
+        }
+    };
+    let body = serde_json::json!({
+        "etcdserver": server,
+        "etcdcluster": cluster,
+        "storage": cluster,
+    })
+    .to_string();
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// What answers a path no route has: a gRPC call gets gRPC's `Unimplemented` (as
+/// tonic's own fallback), anything else Go's `404 page not found`.
+pub async fn fallback(request: Request<Body>) -> Response<Body> {
+    let grpc = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    if grpc {
+        return tonic::Status::unimplemented("").into_http();
+    }
+    health::text_error(StatusCode::NOT_FOUND, "404 page not found")
+}

@@ -1,0 +1,107 @@
+//! What a member can tell of its own health, in one place: whether it knows a leader
+//! that still holds a quorum, whether it can serve a serializable and a linearizable
+//! read, whether it is a learner, and its active alarms. gRPC health
+//! (`api::health`), `/health`, `/livez` and `/readyz` (`http::health`) all read these.
+//!
+//! This module owns the checks' meaning and their errors' text (etcd's). It never
+//! formats a response: the endpoints do.
+
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+
+use crate::node::Node;
+
+/// An alarm etcd raises. QuantyKube raises none yet (alarms arrive with the
+/// maintenance work), so the list below is always empty; the checks read it anyway,
+/// so that they change with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Alarm {
+    NoSpace,
+    Corrupt,
+}
+
+impl Alarm {
+    /// etcd's `pb.AlarmType` name, as `?exclude=` and the reasons spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Alarm::NoSpace => "NOSPACE",
+            Alarm::Corrupt => "CORRUPT",
+        }
+    }
+}
+
+/// The member's active alarms.
+pub fn alarms(_node: &Node) -> Vec<Alarm> {
+    Vec::new()
+}
+
+/// etcd's `ReqTimeout()`: how long a probe's read may take.
+pub fn request_timeout(node: &Node) -> Duration {
+    Duration::from_secs(5) + 2 * node.election_timeout()
+}
+
+/// True while this member knows a leader. A leader that has not heard from a quorum
+/// for an election timeout counts as none, as etcd's check-quorum makes its leader
+/// step down; a follower forgets its leader when it starts an election.
+pub fn has_leader(node: &Node) -> bool {
+    let metrics = node.raft().metrics().borrow_watched().clone();
+    let Some(leader) = metrics.current_leader else {
+        return false;
+    };
+    if leader != node.id() {
+        return true;
+    }
+    let mut voters = metrics.membership_config.membership().voter_ids();
+    if voters.next() == Some(node.id()) && voters.next().is_none() {
+        // A cluster of one is its own quorum; nothing ever acknowledges it.
+        return true;
+    }
+    metrics
+        .last_quorum_acked
+        .is_some_and(|acked| acked.elapsed() < node.election_timeout())
+}
+
+/// A read of this member's own store (etcd's serializable `Range` of one key).
+pub fn serializable_read(node: &Node) -> Result<(), String> {
+    node.store()
+        .current_revision()
+        .map(|_| ())
+        .map_err(|e| format!("etcdserver: {e}"))
+}
+
+/// A linearizable read: a read index round through the leader, then the local read.
+pub async fn linearizable_read(node: &Node) -> Result<(), String> {
+    match tokio::time::timeout(request_timeout(node), node.read_barrier()).await {
+        Ok(Ok(())) => serializable_read(node),
+        Ok(Err(status)) => Err(status.message().to_string()),
+        Err(_) => Err("etcdserver: request timed out".into()),
+    }
+}
+
+/// A read with the consistency asked for.
+pub async fn read(node: &Node, serializable: bool) -> Result<(), String> {
+    if serializable {
+        serializable_read(node)
+    } else {
+        linearizable_read(node).await
+    }
+}
+
+/// etcd's `learnerCheck`.
+pub fn non_learner(node: &Node) -> Result<(), String> {
+    if node.is_learner() {
+        Err("not supported for learner".into())
+    } else {
+        Ok(())
+    }
+}
+
+/// etcd's `activeAlarmCheck`.
+pub fn no_alarm(node: &Node, alarm: Alarm) -> Result<(), String> {
+    if alarms(node).contains(&alarm) {
+        Err(format!("alarm activated: {}", alarm.name()))
+    } else {
+        Ok(())
+    }
+}
