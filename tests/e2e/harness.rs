@@ -205,7 +205,11 @@ impl ClientTls {
         let mut flags = Vec::new();
         match &self.ca {
             Some(ca) => flags.push(format!("--cacert={}", ca.display())),
-            None => flags.push("--insecure-skip-tls-verify".to_owned()),
+            // etcdctl 3.4 dials plaintext unless given a certificate, a CA or this.
+            None => flags.extend([
+                "--insecure-transport=false".to_owned(),
+                "--insecure-skip-tls-verify".to_owned(),
+            ]),
         }
         if let Some((cert, key)) = &self.identity {
             flags.push(format!("--cert={}", cert.display()));
@@ -1494,8 +1498,20 @@ pub async fn http_request(
     tls: Option<&ClientTls>,
     max_time: Duration,
 ) -> Result<HttpAnswer, String> {
+    http_request_with(method, url, tls, max_time, &[]).await
+}
+
+/// As [`http_request`], with more curl arguments (e.g. `--http1.1`).
+pub async fn http_request_with(
+    method: &str,
+    url: &str,
+    tls: Option<&ClientTls>,
+    max_time: Duration,
+    curl_args: &[&str],
+) -> Result<HttpAnswer, String> {
     let mut cmd = tokio::process::Command::new("curl");
     cmd.args(["-sS", "-i", "--noproxy", "*", "-X", method])
+        .args(curl_args)
         .arg(format!("--max-time={}", max_time.as_secs_f64()))
         .args(tls.map(ClientTls::curl_flags).unwrap_or_default())
         .arg(url)
