@@ -698,7 +698,7 @@ impl Cluster {
     }
 
     /// `args` after the harness's TLS flags for etcdctl, if any.
-    fn tls_args<'a>(&'a self, args: &[&'a str]) -> Vec<String> {
+    fn tls_args(&self, args: &[&str]) -> Vec<String> {
         let mut all = self
             .client_tls
             .as_ref()
@@ -810,9 +810,10 @@ impl Cluster {
         // Quiet etcd's own ETCD_* environment so only the flags above count.
         for (key, _) in std::env::vars_os() {
             let key_str = key.to_string_lossy();
-            if key_str.starts_with("ETCD_")
-                && !flags.iter().any(|(n, _)| flag_env_name(n) == key_str)
-            {
+            // etcd 3.4 refuses to start when a variable shadows a flag, so every other
+            // ETCD_* goes, and with `flags_as_env` the ones set above stay.
+            let ours = self.flags_as_env && flags.iter().any(|(n, _)| flag_env_name(n) == key_str);
+            if key_str.starts_with("ETCD_") && !ours {
                 cmd.env_remove(key);
             }
         }
