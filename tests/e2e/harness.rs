@@ -218,16 +218,16 @@ impl ClientTls {
         flags
     }
 
-    /// curl's flags for this TLS.
+    /// curl's arguments for this TLS (curl takes no `--flag=value`).
     pub fn curl_flags(&self) -> Vec<String> {
         let mut flags = Vec::new();
         match &self.ca {
-            Some(ca) => flags.push(format!("--cacert={}", ca.display())),
+            Some(ca) => flags.extend(["--cacert".to_owned(), ca.display().to_string()]),
             None => flags.push("--insecure".to_owned()),
         }
         if let Some((cert, key)) = &self.identity {
-            flags.push(format!("--cert={}", cert.display()));
-            flags.push(format!("--key={}", key.display()));
+            flags.extend(["--cert".to_owned(), cert.display().to_string()]);
+            flags.extend(["--key".to_owned(), key.display().to_string()]);
         }
         flags
     }
@@ -1513,7 +1513,8 @@ pub async fn http_request_with(
     let mut cmd = tokio::process::Command::new("curl");
     cmd.args(["-sS", "-i", "--noproxy", "*", "-X", method])
         .args(curl_args)
-        .arg(format!("--max-time={}", max_time.as_secs_f64()))
+        .arg("--max-time")
+        .arg(max_time.as_secs_f64().to_string())
         .args(tls.map(ClientTls::curl_flags).unwrap_or_default())
         .arg(url)
         .stdin(Stdio::null())
