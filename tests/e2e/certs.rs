@@ -188,7 +188,7 @@ impl Pki {
             false,
         );
         pki.write_leaf(&pki.etcd_stem("revoked-client"), &revoked);
-        pki.write_crl(&[revoked.serial.clone()]);
+        pki.write_crl(std::slice::from_ref(&revoked.serial));
         // A client certificate with a DNS SAN, for --client-cert-allowed-hostname.
         let hostname = pki.leaf(
             "hostname-client",

@@ -155,9 +155,11 @@ pub struct MemberSpec {
     pub dir: PathBuf,
 }
 
+type MemberArgsFn = dyn Fn(&MemberSpec) -> Vec<String> + Send + Sync;
+
 /// A function giving one member's own flags or URLs.
 #[derive(Clone)]
-pub struct MemberArgs(Arc<dyn Fn(&MemberSpec) -> Vec<String> + Send + Sync>);
+pub struct MemberArgs(Arc<MemberArgsFn>);
 
 impl MemberArgs {
     pub fn new(f: impl Fn(&MemberSpec) -> Vec<String> + Send + Sync + 'static) -> Self {

@@ -383,6 +383,27 @@ async fn tls_peer_cert_allowed_cn() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // etcd checks the CN on both ends of a peer connection (its peer client config has
+    // the same VerifyPeerCertificate): member 2 is refused when it dials and when it is
+    // dialled, so it never publishes itself (no client URLs in the member list) and has no
+    // leader to serve a linearizable read with.
+    let list = c0.member_list().await.expect("member list");
+    let m2 = list
+        .members()
+        .iter()
+        .find(|m| m.peer_urls().contains(&cluster.peer_url(2)))
+        .expect("member 2 is in the initial cluster");
+    // (Its name comes from --initial-cluster; its client URLs only from publishing.)
+    assert!(
+        m2.client_urls().is_empty(),
+        "member 2 published itself: {m2:?}"
+    );
+    assert!(
+        try_get(&cluster.endpoint(2), cluster.client_tls())
+            .await
+            .is_err(),
+        "member 2 served a linearizable read"
+    );
     // The same refusal seen from outside: a TLS client with the wrong CN gets no HTTP
     // answer from a good member's peer port; with the right CN, it gets one (etcd serves
     // HTTP there; whatever status a gRPC peer port answers, it answers).
