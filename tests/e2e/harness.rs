@@ -25,12 +25,13 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, ConnectOptions, GetOptions, GetResponse, KeyValue, Member as EtcdMember,
-    MemberAddOptions, MemberAddResponse, MemberRemoveResponse, ResponseHeader, StatusResponse,
+    Certificate, Client, ConnectOptions, GetOptions, GetResponse, Identity, KeyValue,
+    Member as EtcdMember, MemberAddOptions, MemberAddResponse, MemberRemoveResponse,
+    ResponseHeader, StatusResponse, TlsOptions,
 };
 use tempfile::TempDir;
 
@@ -118,6 +119,137 @@ pub struct ClusterOptions {
     pub members: usize,
     /// Extra flags passed to every member, e.g. `["--max-txn-ops", "4"]`.
     pub extra_args: Vec<String>,
+    /// Scheme of the client URLs the harness gives members (`http` or `https`).
+    pub client_scheme: &'static str,
+    /// Scheme of the peer URLs (also in `--initial-cluster`).
+    pub peer_scheme: &'static str,
+    /// Flags for one member only (its certificate files, its metrics URL...).
+    pub member_args: Option<MemberArgs>,
+    /// More `--listen-client-urls` of one member, listed after the harness's own.
+    pub extra_client_urls: Option<MemberArgs>,
+    /// How the harness's own clients (readiness probe, [`Cluster::client`], etcdctl)
+    /// reach the members' client URLs; `None` is plain http.
+    pub client_tls: Option<ClientTls>,
+    /// The members whose readiness [`Cluster::start_with`] waits for (all if `None`),
+    /// for clusters where a member is meant never to become ready.
+    pub ready: Option<Vec<usize>>,
+    /// Give every flag (the harness's and the extra ones) to the members as the
+    /// `ETCD_*` environment variable etcd reads for it, with an empty command line.
+    /// Extra flags must then be written `--flag=value` (or `--flag` for `true`).
+    pub flags_as_env: bool,
+}
+
+/// The facts about one member that per-member flags are made of.
+#[derive(Clone, Debug)]
+pub struct MemberSpec {
+    pub index: usize,
+    pub name: String,
+    pub ip: Ipv4Addr,
+    pub client_port: u16,
+    pub peer_port: u16,
+    /// Two more ports of the cluster's port block for this member's own use (a
+    /// metrics URL, a second client URL), taken from the top of the block, so they
+    /// collide with joining members only once a cluster has more than 6 members.
+    pub spare_ports: [u16; 2],
+    /// The member's own temporary directory (its data dir is `data` inside it).
+    pub dir: PathBuf,
+}
+
+type MemberArgsFn = dyn Fn(&MemberSpec) -> Vec<String> + Send + Sync;
+
+/// A function giving one member's own flags or URLs.
+#[derive(Clone)]
+pub struct MemberArgs(Arc<MemberArgsFn>);
+
+impl MemberArgs {
+    pub fn new(f: impl Fn(&MemberSpec) -> Vec<String> + Send + Sync + 'static) -> Self {
+        MemberArgs(Arc::new(f))
+    }
+}
+
+impl fmt::Debug for MemberArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MemberArgs(..)")
+    }
+}
+
+/// TLS of the harness's clients: the CA that verifies the members' certificate (or
+/// none: skip verification, which only etcdctl can do) and the client certificate.
+#[derive(Clone, Debug, Default)]
+pub struct ClientTls {
+    /// `None`: no verification (etcdctl `--insecure-skip-tls-verify`); the harness then
+    /// probes readiness with etcdctl, since etcd-client (rustls) cannot skip it.
+    pub ca: Option<PathBuf>,
+    /// Client certificate and key, for members with `--client-cert-auth`.
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl ClientTls {
+    pub fn new(ca: impl Into<PathBuf>) -> Self {
+        ClientTls {
+            ca: Some(ca.into()),
+            identity: None,
+        }
+    }
+
+    /// No server verification and no client certificate (for `--auto-tls`).
+    pub fn insecure() -> Self {
+        ClientTls::default()
+    }
+
+    pub fn identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.identity = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// etcdctl's flags for this TLS.
+    pub fn etcdctl_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        match &self.ca {
+            Some(ca) => flags.push(format!("--cacert={}", ca.display())),
+            // etcdctl 3.4 dials plaintext unless given a certificate, a CA or this.
+            None => flags.extend([
+                "--insecure-transport=false".to_owned(),
+                "--insecure-skip-tls-verify".to_owned(),
+            ]),
+        }
+        if let Some((cert, key)) = &self.identity {
+            flags.push(format!("--cert={}", cert.display()));
+            flags.push(format!("--key={}", key.display()));
+        }
+        flags
+    }
+
+    /// curl's arguments for this TLS (curl takes no `--flag=value`).
+    pub fn curl_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        match &self.ca {
+            Some(ca) => flags.extend(["--cacert".to_owned(), ca.display().to_string()]),
+            None => flags.push("--insecure".to_owned()),
+        }
+        if let Some((cert, key)) = &self.identity {
+            flags.extend(["--cert".to_owned(), cert.display().to_string()]);
+            flags.extend(["--key".to_owned(), key.display().to_string()]);
+        }
+        flags
+    }
+
+    /// etcd-client's TLS options (panics for [`ClientTls::insecure`]).
+    pub fn etcd_client_options(&self) -> TlsOptions {
+        let ca = self
+            .ca
+            .as_ref()
+            .expect("etcd-client cannot skip server verification: give ClientTls a CA");
+        let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(read(ca)));
+        if let Some((cert, key)) = &self.identity {
+            tls = tls.identity(Identity::from_pem(read(cert), read(key)));
+        }
+        tls
+    }
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
 impl ClusterOptions {
@@ -126,7 +258,53 @@ impl ClusterOptions {
             target: Target::from_env(),
             members,
             extra_args: Vec::new(),
+            client_scheme: "http",
+            peer_scheme: "http",
+            member_args: None,
+            extra_client_urls: None,
+            client_tls: None,
+            ready: None,
+            flags_as_env: false,
         }
+    }
+
+    /// https client URLs, reached by the harness's clients with `tls`.
+    pub fn https_clients(mut self, tls: ClientTls) -> Self {
+        self.client_scheme = "https";
+        self.client_tls = Some(tls);
+        self
+    }
+
+    /// https peer URLs.
+    pub fn https_peers(mut self) -> Self {
+        self.peer_scheme = "https";
+        self
+    }
+
+    pub fn member_args(
+        mut self,
+        f: impl Fn(&MemberSpec) -> Vec<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.member_args = Some(MemberArgs::new(f));
+        self
+    }
+
+    pub fn extra_client_urls(
+        mut self,
+        f: impl Fn(&MemberSpec) -> Vec<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.extra_client_urls = Some(MemberArgs::new(f));
+        self
+    }
+
+    pub fn ready(mut self, members: &[usize]) -> Self {
+        self.ready = Some(members.to_vec());
+        self
+    }
+
+    pub fn flags_as_env(mut self) -> Self {
+        self.flags_as_env = true;
+        self
     }
 
     pub fn target(mut self, target: Target) -> Self {
@@ -188,6 +366,10 @@ pub struct Cluster {
     binary: PathBuf,
     token: String,
     extra_args: Vec<String>,
+    member_args: Option<MemberArgs>,
+    extra_client_urls: Option<MemberArgs>,
+    client_tls: Option<ClientTls>,
+    flags_as_env: bool,
     members: Vec<Member>,
     /// The loopback address and first port of this cluster's port block; members that
     /// join later take the next free pair of ports in the block.
@@ -246,8 +428,8 @@ impl Cluster {
             members.push(Member {
                 name: format!("m{i}"),
                 dir,
-                client_url: format!("http://{ip}:{client_port}"),
-                peer_url: format!("http://{ip}:{}", client_port + 1),
+                client_url: format!("{}://{ip}:{client_port}", options.client_scheme),
+                peer_url: format!("{}://{ip}:{}", options.peer_scheme, client_port + 1),
                 log_path,
                 child: None,
                 id: 0,
@@ -264,6 +446,10 @@ impl Cluster {
             binary,
             token,
             extra_args: options.extra_args,
+            member_args: options.member_args,
+            extra_client_urls: options.extra_client_urls,
+            client_tls: options.client_tls,
+            flags_as_env: options.flags_as_env,
             members,
             ip,
             base_port,
@@ -272,19 +458,69 @@ impl Cluster {
         for i in 0..cluster.members.len() {
             cluster.spawn_member(i);
         }
-        cluster.wait_ready_all().await;
-        for i in 0..cluster.members.len() {
-            let status = cluster
-                .client(i)
-                .await
-                .status()
-                .await
-                .unwrap_or_else(|e| panic!("status of member {i}: {e}"));
-            let id = status.header().expect("status header").member_id();
+        let ready = options
+            .ready
+            .unwrap_or_else(|| (0..cluster.members.len()).collect());
+        let deadline = Instant::now() + START_TIMEOUT;
+        for &i in &ready {
+            cluster.wait_ready(i, deadline).await;
+        }
+        for &i in &ready {
+            let id = cluster.member_id_by_probe(i).await;
             assert_ne!(id, 0, "member {i} reported member_id 0");
             cluster.members[i].id = id;
         }
         cluster
+    }
+
+    /// Member `i`'s ID from its Status header (etcdctl's `get` header when the harness
+    /// cannot verify the member's certificate).
+    async fn member_id_by_probe(&self, i: usize) -> u64 {
+        if self.etcdctl_probes() {
+            let out = self
+                .etcdctl_on(i, &["get", "qk-e2e-readiness-probe", "-w", "json"])
+                .await;
+            out.assert_success();
+            return json_member_id(&out.stdout)
+                .unwrap_or_else(|| panic!("no member_id in etcdctl's answer: {}", out.stdout));
+        }
+        let status = self
+            .client(i)
+            .await
+            .status()
+            .await
+            .unwrap_or_else(|e| panic!("status of member {i}: {e}"));
+        status.header().expect("status header").member_id()
+    }
+
+    /// Whether the harness probes members with etcdctl instead of etcd-client.
+    fn etcdctl_probes(&self) -> bool {
+        self.client_tls.as_ref().is_some_and(|t| t.ca.is_none())
+    }
+
+    /// The TLS of the harness's clients, if the members' client URLs are https.
+    pub fn client_tls(&self) -> Option<&ClientTls> {
+        self.client_tls.as_ref()
+    }
+
+    /// Member `i`'s spec, as given to per-member flag functions.
+    pub fn member_spec(&self, i: usize) -> MemberSpec {
+        let client_port = self.base_port + 2 * i as u16;
+        let top = self.base_port + PORT_BLOCK as u16 - 1 - 2 * i as u16;
+        MemberSpec {
+            index: i,
+            name: self.members[i].name.clone(),
+            ip: self.ip,
+            client_port,
+            peer_port: client_port + 1,
+            spare_ports: [top, top - 1],
+            dir: self.members[i].dir.path().to_path_buf(),
+        }
+    }
+
+    /// The loopback address of this cluster's members.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
     }
 
     pub fn target(&self) -> Target {
@@ -356,12 +592,17 @@ impl Cluster {
 
     /// A client connected to member `i` only.
     pub async fn client(&self, i: usize) -> Client {
-        connect(&[self.endpoint(i)]).await
+        connect_tls(&[self.endpoint(i)], self.client_tls.as_ref()).await
     }
 
     /// A client connected to every member (etcd-client balances between them).
     pub async fn client_all(&self) -> Client {
-        connect(&self.endpoints()).await
+        connect_tls(&self.endpoints(), self.client_tls.as_ref()).await
+    }
+
+    /// A client with short timeouts, for polling.
+    async fn quick(&self, endpoint: &str) -> Result<Client, etcd_client::Error> {
+        quick_connect_tls(endpoint, self.client_tls.as_ref()).await
     }
 
     /// Kills member `i` with SIGKILL and reaps it.
@@ -427,7 +668,8 @@ impl Cluster {
             if !self.is_running(i) {
                 continue;
             }
-            let leader = quick_connect(&self.endpoint(i))
+            let leader = self
+                .quick(&self.endpoint(i))
                 .await
                 .ok()?
                 .status()
@@ -454,7 +696,18 @@ impl Cluster {
             .filter(|&i| self.is_running(i))
             .map(|i| self.endpoint(i))
             .collect();
-        run_etcdctl(&endpoints.join(","), args, stdin).await
+        run_etcdctl(&endpoints.join(","), &self.tls_args(args), stdin).await
+    }
+
+    /// `args` after the harness's TLS flags for etcdctl, if any.
+    fn tls_args(&self, args: &[&str]) -> Vec<String> {
+        let mut all = self
+            .client_tls
+            .as_ref()
+            .map(ClientTls::etcdctl_flags)
+            .unwrap_or_default();
+        all.extend(args.iter().map(|a| a.to_string()));
+        all
     }
 
     /// Runs etcdctl against all running members named as `host:port`, without a scheme.
@@ -466,12 +719,12 @@ impl Cluster {
             .filter(|&i| self.is_running(i))
             .map(|i| self.endpoint(i).trim_start_matches("http://").to_string())
             .collect();
-        run_etcdctl(&endpoints.join(","), args, "").await
+        run_etcdctl(&endpoints.join(","), &self.tls_args(args), "").await
     }
 
     /// Runs etcdctl (API v3) against member `i` only.
     pub async fn etcdctl_on(&self, i: usize, args: &[&str]) -> CmdOutput {
-        run_etcdctl(&self.endpoint(i), args, "").await
+        run_etcdctl(&self.endpoint(i), &self.tls_args(args), "").await
     }
 
     /// Runs etcdctl against member `i` only, its endpoint given as `host:port`, as
@@ -479,7 +732,12 @@ impl Cluster {
     /// known differences).
     pub async fn etcdctl_on_host_port(&self, i: usize, args: &[&str]) -> CmdOutput {
         let endpoint = self.endpoint(i);
-        run_etcdctl(endpoint.trim_start_matches("http://"), args, "").await
+        run_etcdctl(
+            endpoint.trim_start_matches("http://"),
+            &self.tls_args(args),
+            "",
+        )
+        .await
     }
 
     /// The last lines of every member's log, for failure messages.
@@ -510,36 +768,54 @@ impl Cluster {
             .append(true)
             .open(&m.log_path)
             .expect("open member log");
+        let spec = self.member_spec(i);
+        let mut listen_client_urls = vec![m.client_url.clone()];
+        if let Some(extra) = &self.extra_client_urls {
+            listen_client_urls.extend((extra.0)(&spec));
+        }
+        // (flag, value) pairs, given as flags or, with `flags_as_env`, as ETCD_* variables.
+        let mut flags: Vec<(String, String)> = Vec::new();
+        let mut flag = |name: &str, value: &str| flags.push((name.to_owned(), value.to_owned()));
+        if !via_env {
+            flag("name", &m.name);
+        }
+        flag("data-dir", &m.data_dir().to_string_lossy());
+        flag("listen-client-urls", &listen_client_urls.join(","));
+        flag("advertise-client-urls", &m.client_url);
+        flag("listen-peer-urls", &m.peer_url);
+        if !via_env {
+            flag("initial-advertise-peer-urls", &m.peer_url);
+            flag("initial-cluster", initial_cluster);
+            flag("initial-cluster-state", state);
+        }
+        flag("initial-cluster-token", &self.token);
+        let mut args = self.extra_args.clone();
+        if let Some(member_args) = &self.member_args {
+            args.extend((member_args.0)(&spec));
+        }
         let mut cmd = Command::new(&self.binary);
-        if !via_env {
-            cmd.arg("--name").arg(&m.name);
+        if self.flags_as_env {
+            flags.extend(args.iter().map(|a| split_flag(a)));
+            for (name, value) in &flags {
+                cmd.env(flag_env_name(name), value);
+            }
+        } else {
+            for (name, value) in &flags {
+                cmd.arg(format!("--{name}")).arg(value);
+            }
+            cmd.args(&args);
         }
-        cmd.arg("--data-dir")
-            .arg(m.data_dir())
-            .arg("--listen-client-urls")
-            .arg(&m.client_url)
-            .arg("--advertise-client-urls")
-            .arg(&m.client_url)
-            .arg("--listen-peer-urls")
-            .arg(&m.peer_url);
-        if !via_env {
-            cmd.arg("--initial-advertise-peer-urls")
-                .arg(&m.peer_url)
-                .arg("--initial-cluster")
-                .arg(initial_cluster)
-                .arg("--initial-cluster-state")
-                .arg(state);
-        }
-        cmd.arg("--initial-cluster-token")
-            .arg(&self.token)
-            .args(&self.extra_args)
-            .current_dir(m.dir.path())
+        cmd.current_dir(m.dir.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log handle"))
             .stderr(log);
         // Quiet etcd's own ETCD_* environment so only the flags above count.
         for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("ETCD_") {
+            let key_str = key.to_string_lossy();
+            // etcd 3.4 refuses to start when a variable shadows a flag, so every other
+            // ETCD_* goes, and with `flags_as_env` the ones set above stay.
+            let ours = self.flags_as_env && flags.iter().any(|(n, _)| flag_env_name(n) == key_str);
+            if key_str.starts_with("ETCD_") && !ours {
                 cmd.env_remove(key);
             }
         }
@@ -552,6 +828,33 @@ impl Cluster {
         let child = spawn_tied_to_process(cmd)
             .unwrap_or_else(|e| panic!("spawn {}: {e}", self.binary.display()));
         self.members[i].child = Some(child);
+    }
+
+    /// One linearizable read from member `i`, by etcd-client, or by etcdctl when the
+    /// harness cannot verify the member's certificate.
+    async fn probe_read(&self, i: usize) -> Result<(), String> {
+        if self.etcdctl_probes() {
+            let out = self
+                .etcdctl_on(
+                    i,
+                    &["--command-timeout=2s", "get", "qk-e2e-readiness-probe"],
+                )
+                .await;
+            return if out.success() {
+                Ok(())
+            } else {
+                Err(out.stderr)
+            };
+        }
+        let mut client = self
+            .quick(&self.endpoint(i))
+            .await
+            .map_err(|e| e.to_string())?;
+        client
+            .get("qk-e2e-readiness-probe", Some(GetOptions::new()))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     async fn wait_ready_all(&mut self) {
@@ -575,15 +878,9 @@ impl Cluster {
                     );
                 }
             }
-            let last_error = match quick_connect(&endpoint).await {
-                Ok(mut client) => match client
-                    .get("qk-e2e-readiness-probe", Some(GetOptions::new()))
-                    .await
-                {
-                    Ok(_) => return,
-                    Err(e) => e.to_string(),
-                },
-                Err(e) => e.to_string(),
+            let last_error = match self.probe_read(i).await {
+                Ok(()) => return,
+                Err(e) => e,
             };
             if Instant::now() >= deadline {
                 panic!(
@@ -632,11 +929,22 @@ impl Cluster {
             .tempdir()
             .expect("create member tempdir");
         let log_path = dir.path().join("member.log");
+        let client_scheme = if self.client_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let peer_scheme = self.members[0]
+            .peer_url
+            .split("://")
+            .next()
+            .unwrap_or("http");
+        let peer_url = format!("{peer_scheme}://{}:{}", self.ip, client_port + 1);
         self.members.push(Member {
             name: format!("m{i}"),
             dir,
-            client_url: format!("http://{}:{client_port}", self.ip),
-            peer_url: format!("http://{}:{}", self.ip, client_port + 1),
+            client_url: format!("{client_scheme}://{}:{client_port}", self.ip),
+            peer_url,
             log_path,
             child: None,
             id: 0,
@@ -711,7 +1019,7 @@ impl Cluster {
             if let Some(status) = self.poll_exit(i) {
                 panic!("{} member {i} exited with {status}", self.target);
             }
-            let last_error = match quick_connect(&endpoint).await {
+            let last_error = match self.quick(&endpoint).await {
                 Ok(mut client) => match client.status().await {
                     Ok(status) => return status,
                     Err(e) => e.to_string(),
@@ -735,7 +1043,7 @@ impl Cluster {
         let id = self.member_id(i);
         let deadline = Deadline::after(timeout, format!("member {i} ({id:x}) listed as started"));
         loop {
-            if let Ok(mut client) = quick_connect(&self.endpoint(via)).await {
+            if let Ok(mut client) = self.quick(&self.endpoint(via)).await {
                 if let Ok(list) = client.member_list().await {
                     if list
                         .members()
@@ -868,23 +1176,76 @@ impl Drop for Cluster {
 
 /// Connects a client with the harness's timeouts.
 pub async fn connect(endpoints: &[String]) -> Client {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(3))
-        .with_timeout(RPC_TIMEOUT);
-    Client::connect(endpoints, Some(options))
+    connect_tls(endpoints, None).await
+}
+
+/// Connects a client with the harness's timeouts, over TLS if `tls` is given.
+pub async fn connect_tls(endpoints: &[String], tls: Option<&ClientTls>) -> Client {
+    try_connect_tls(endpoints, tls)
         .await
         .unwrap_or_else(|e| panic!("connect to {endpoints:?}: {e}"))
 }
 
+/// As [`connect_tls`], answering the error instead of panicking.
+pub async fn try_connect_tls(
+    endpoints: &[String],
+    tls: Option<&ClientTls>,
+) -> Result<Client, etcd_client::Error> {
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(3))
+        .with_timeout(RPC_TIMEOUT);
+    if let Some(tls) = tls {
+        options = options.with_tls(tls.etcd_client_options());
+    }
+    Client::connect(endpoints, Some(options)).await
+}
+
 /// A client with short timeouts, for polling.
-async fn quick_connect(endpoint: &str) -> Result<Client, etcd_client::Error> {
-    let options = ConnectOptions::new()
+async fn quick_connect_tls(
+    endpoint: &str,
+    tls: Option<&ClientTls>,
+) -> Result<Client, etcd_client::Error> {
+    let mut options = ConnectOptions::new()
         .with_connect_timeout(Duration::from_millis(500))
         .with_timeout(Duration::from_secs(2));
+    if let Some(tls) = tls {
+        options = options.with_tls(tls.etcd_client_options());
+    }
     Client::connect([endpoint], Some(options)).await
 }
 
-async fn run_etcdctl(endpoints: &str, args: &[&str], stdin: &str) -> CmdOutput {
+/// `--flag=value`, `--flag` (= `true`) as a (flag, value) pair.
+fn split_flag(arg: &str) -> (String, String) {
+    let arg = arg.trim_start_matches('-');
+    match arg.split_once('=') {
+        Some((name, value)) => (name.to_owned(), value.to_owned()),
+        None => (arg.to_owned(), "true".to_owned()),
+    }
+}
+
+/// The environment variable etcd reads for `flag`: `ETCD_` and the flag upper-cased,
+/// `-` as `_` (etcd's `flags.SetFlagsFromEnv`).
+pub fn flag_env_name(flag: &str) -> String {
+    format!("ETCD_{}", flag.to_uppercase().replace('-', "_"))
+}
+
+/// `header.member_id` of etcdctl's `-w json` answer.
+fn json_member_id(stdout: &str) -> Option<u64> {
+    let value: serde_json::Value = serde_json::from_str(stdout.trim()).ok()?;
+    value.get("header")?.get("member_id")?.as_u64()
+}
+
+/// Runs etcdctl (API v3) against `endpoints` with exactly `args` (no harness TLS flags),
+/// for tests of what a client with other credentials sees.
+pub async fn etcdctl_raw(endpoints: &str, args: &[&str]) -> CmdOutput {
+    run_etcdctl(endpoints, args, "").await
+}
+
+async fn run_etcdctl<S: AsRef<str> + fmt::Debug>(
+    endpoints: &str,
+    args: &[S],
+    stdin: &str,
+) -> CmdOutput {
     use tokio::io::AsyncWriteExt;
 
     let mut cmd = tokio::process::Command::new(etcdctl_binary());
@@ -892,7 +1253,7 @@ async fn run_etcdctl(endpoints: &str, args: &[&str], stdin: &str) -> CmdOutput {
         .arg(format!("--endpoints={endpoints}"))
         .arg("--dial-timeout=5s")
         .arg("--command-timeout=15s")
-        .args(args)
+        .args(args.iter().map(AsRef::as_ref))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -997,6 +1358,18 @@ const PORT_BLOCK: u32 = 20;
 /// Picks a loopback address for this process and a block of `2 * members` ports on it
 /// that are free right now. The address is unique per process id; the port block is
 /// unique per cluster within the process.
+/// The loopback address of this test process's clusters (unique per process id), for
+/// certificates whose SANs must name it before the cluster exists.
+pub fn loopback_ip() -> Ipv4Addr {
+    let pid = std::process::id();
+    Ipv4Addr::new(
+        127,
+        (1 + (pid / (254 * 254)) % 254) as u8,
+        (1 + (pid / 254) % 254) as u8,
+        (1 + pid % 254) as u8,
+    )
+}
+
 fn allocate_addresses(members: usize) -> (Ipv4Addr, u16, String) {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     const BASE: u32 = 20_000;
@@ -1009,12 +1382,7 @@ fn allocate_addresses(members: usize) -> (Ipv4Addr, u16, String) {
         "too many members for one port block"
     );
     let pid = std::process::id();
-    let ip = Ipv4Addr::new(
-        127,
-        (1 + (pid / (254 * 254)) % 254) as u8,
-        (1 + (pid / 254) % 254) as u8,
-        (1 + pid % 254) as u8,
-    );
+    let ip = loopback_ip();
     for _ in 0..BLOCKS {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let base = BASE + (n % BLOCKS) * BLOCK;
@@ -1104,4 +1472,116 @@ pub async fn current_revision(client: &mut Client) -> i64 {
         .await
         .expect("range for the current revision");
     header_rev(resp.header())
+}
+
+/// One HTTP answer, as curl received it.
+#[derive(Debug, Clone)]
+pub struct HttpAnswer {
+    pub status: u16,
+    /// Header names lower-cased.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpAnswer {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == &name.to_ascii_lowercase())
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// An HTTP(S) request by curl, as operators and kubelet-like probes make them: `tls`
+/// gives `--cacert`/`--cert`/`--key` for https. `Err` carries curl's exit status and
+/// message when no HTTP answer came (refused connection, TLS failure, timeout).
+pub async fn http_request(
+    method: &str,
+    url: &str,
+    tls: Option<&ClientTls>,
+    max_time: Duration,
+) -> Result<HttpAnswer, String> {
+    http_request_with(method, url, tls, max_time, &[]).await
+}
+
+/// As [`http_request`], with more curl arguments (e.g. `--http1.1`).
+pub async fn http_request_with(
+    method: &str,
+    url: &str,
+    tls: Option<&ClientTls>,
+    max_time: Duration,
+    curl_args: &[&str],
+) -> Result<HttpAnswer, String> {
+    let mut cmd = tokio::process::Command::new("curl");
+    cmd.args(["-sS", "-i", "--noproxy", "*", "-X", method])
+        .args(curl_args)
+        .arg("--max-time")
+        .arg(max_time.as_secs_f64().to_string())
+        .args(tls.map(ClientTls::curl_flags).unwrap_or_default())
+        .arg(url)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(max_time + Duration::from_secs(5), cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("curl {url} did not finish"))
+        .expect("run curl");
+    if !out.status.success() {
+        return Err(format!(
+            "curl {method} {url}: {} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("curl {url}: no header end in {text:?}"));
+    let mut lines = head.lines();
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("curl {url}: status line {status_line:?}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Ok(HttpAnswer {
+        status,
+        headers,
+        body: body.to_owned(),
+    })
+}
+
+/// A GET by curl; panics unless an HTTP answer came.
+pub async fn http_get(url: &str, tls: Option<&ClientTls>) -> HttpAnswer {
+    http_request("GET", url, tls, Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The text member `i`'s log gained since byte `offset` (see [`Cluster::log_len`]).
+pub fn log_since(path: &Path, offset: u64) -> String {
+    let Ok(mut file) = File::open(path) else {
+        return String::new();
+    };
+    let _ = file.seek(SeekFrom::Start(offset));
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+impl Cluster {
+    /// The current length of member `i`'s log, to read only what follows.
+    pub fn log_len(&self, i: usize) -> u64 {
+        std::fs::metadata(&self.members[i].log_path)
+            .map(|m| m.len())
+            .unwrap_or(0)
+    }
+
+    /// The process id of member `i`, if it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members[i].child.as_ref().map(Child::id)
+    }
 }

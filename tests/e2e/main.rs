@@ -1,6 +1,7 @@
 //! End-to-end tests against real server processes: QuantyKube by default, or etcd
 //! with `QK_TEST_TARGET=etcd` (see `harness.rs`). One test binary for all modules.
 
+mod certs;
 mod harness;
 mod raw;
 
@@ -10,6 +11,7 @@ mod cluster_info;
 mod differential;
 mod dns;
 mod etcdctl;
+mod kubeadm;
 mod kv_compact;
 mod kv_delete;
 mod kv_put;
@@ -22,4 +24,5 @@ mod request_limits;
 mod revisions;
 mod snapshot_install;
 mod three_node;
+mod tls;
 mod watch;
