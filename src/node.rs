@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,10 +20,10 @@ use quantykube_raft::{
     NodeId, PeerChannels, PeerNetworkFactory, PeerService, Raft, RaftClient, RaftClientOptions,
     TcpDialer, WalSyncer, LOG_COLUMN_FAMILIES, MEMBER_REMOVED,
 };
-use tonic::service::Routes;
 use std::pin::Pin;
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tonic::service::Routes;
 use tonic::transport::server::Connected;
 use tonic::Status;
 use url::Url;
@@ -420,10 +419,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 }
 
 /// Binds `urls` (https ones with `tls`) into one stream of ready connections.
-async fn listen(
-    urls: &[Url],
-    tls: Option<&ServerTls>,
-) -> Result<Incoming<Connection>, NodeError> {
+async fn listen(urls: &[Url], tls: Option<&ServerTls>) -> Result<Incoming<Connection>, NodeError> {
     Ok(Box::pin(Listeners::bind(urls, tls).await?.incoming()))
 }
 
@@ -494,7 +490,8 @@ where
     if let Some(metrics) = metrics {
         // Probes reach the metrics port from the start: a member that cannot publish
         // (no quorum) still answers them, with 503.
-        let routes = Routes::from(http::router(node.clone(), Surface::Metrics).fallback(http::fallback));
+        let routes =
+            Routes::from(http::router(node.clone(), Surface::Metrics).fallback(http::fallback));
         let stop = stopped();
         servers.spawn(async move {
             tonic::transport::Server::builder()

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
+use openraft::Instant;
 
 use crate::node::Node;
 
@@ -59,7 +60,7 @@ pub fn has_leader(node: &Node) -> bool {
     }
     metrics
         .last_quorum_acked
-        .is_some_and(|acked| acked.elapsed() < node.election_timeout())
+        .is_some_and(|acked| Instant::elapsed(&*acked) < node.election_timeout())
 }
 
 /// A read of this member's own store (etcd's serializable `Range` of one key).

@@ -171,12 +171,11 @@ pub(super) fn command() -> clap::Command {
     // -h/--help and --version never reach clap (`scan` handles them); they are
     // declared so that the help lists them.
     Cli::command()
-        .args(TLS_FLAGS.iter().map(|(name, help)| {
-            Arg::new(*name)
-                .long(*name)
-                .value_name("VALUE")
-                .help(*help)
-        }))
+        .args(
+            TLS_FLAGS
+                .iter()
+                .map(|(name, help)| Arg::new(*name).long(*name).value_name("VALUE").help(*help)),
+        )
         .arg(
             Arg::new("help")
                 .short('h')

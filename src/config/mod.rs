@@ -48,9 +48,8 @@ use self::flags::{check_other, env_key, MIGRATED_FLAGS};
 use self::scan::{merge, scan, Setting, Settings};
 use self::values::{
     advertise_urls, check_initial_cluster, is_version, listen_urls, optional_listen_urls,
-    parse_go_bool,
-    parse_go_duration, parse_go_int, parse_initial_cluster, parse_log_level, to_usize,
-    uint_setting, SYNTAX_ERROR,
+    parse_go_bool, parse_go_duration, parse_go_int, parse_initial_cluster, parse_log_level,
+    to_usize, uint_setting, SYNTAX_ERROR,
 };
 
 /// The etcd server version reported by `Maintenance.Status` unless `--etcd-version` says otherwise.

@@ -272,7 +272,10 @@ fn tls_flags_are_read_with_etcds_meaning() {
             Url::parse("https://127.0.0.1:2379").unwrap()
         ]
     );
-    assert_eq!(config.advertise_client_urls, urls(&["https://127.0.0.1:2379"]));
+    assert_eq!(
+        config.advertise_client_urls,
+        urls(&["https://127.0.0.1:2379"])
+    );
     assert_eq!(
         config.listen_metrics_urls,
         vec![Url::parse("http://127.0.0.1:2381").unwrap()]
@@ -327,11 +330,10 @@ fn tls_flags_are_checked_with_etcds_messages() {
         .contains("is not supported by QuantyKube"));
     assert!(error(&["--cert-file=/s.crt"])
         .starts_with("KeyFile and CertFile must both be present[key: , cert: /s.crt]"));
-    assert!(error(&[
-        "--peer-cert-allowed-cn=a",
-        "--peer-cert-allowed-hostname=b"
-    ])
-    .starts_with("AllowedCNs and AllowedHostnames are mutually exclusive"));
+    assert!(
+        error(&["--peer-cert-allowed-cn=a", "--peer-cert-allowed-hostname=b"])
+            .starts_with("AllowedCNs and AllowedHostnames are mutually exclusive")
+    );
     assert_eq!(
         error(&[
             "--listen-client-urls=https://127.0.0.1:2379",
@@ -340,8 +342,11 @@ fn tls_flags_are_checked_with_etcds_messages() {
         "TLS key/cert (--cert-file, --key-file) must be provided for client url \
          https://127.0.0.1:2379 with HTTPS scheme"
     );
-    assert!(error(&["--listen-peer-urls=https://127.0.0.1:2380"])
-        .starts_with("cannot listen on TLS for 127.0.0.1:2380: KeyFile and CertFile are not presented"));
+    assert!(
+        error(&["--listen-peer-urls=https://127.0.0.1:2380"]).starts_with(
+            "cannot listen on TLS for 127.0.0.1:2380: KeyFile and CertFile are not presented"
+        )
+    );
     assert_eq!(
         error(&["--listen-metrics-urls=https://127.0.0.1:2381"]),
         "client TLS key/cert (--cert-file, --key-file) must be provided for metrics secure url"

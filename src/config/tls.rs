@@ -282,7 +282,10 @@ fn side(settings: &Settings, peer: bool) -> Result<TlsInfo, ConfigError> {
             && (boolean(settings, "peer-skip-client-san-verification")?
                 || boolean(settings, "experimental-peer-skip-client-san-verification")?),
     };
-    let shown = |p: &Option<PathBuf>| p.as_ref().map_or(String::new(), |p| p.display().to_string());
+    let shown = |p: &Option<PathBuf>| {
+        p.as_ref()
+            .map_or(String::new(), |p| p.display().to_string())
+    };
     if info.cert_file.is_some() != info.key_file.is_some() {
         return Err(ConfigError::Invalid(format!(
             "KeyFile and CertFile must both be present[key: {}, cert: {}] (--{} and --{})",
@@ -376,7 +379,8 @@ pub(super) fn resolve(settings: &Settings) -> Result<TlsSettings, ConfigError> {
     let validity = uint_setting(settings.get("self-signed-cert-validity"), 1)?;
     let client = side(settings, false)?;
     let peer = side(settings, true)?;
-    if validity == 0 && ((client.auto_tls && client.is_empty()) || (peer.auto_tls && peer.is_empty()))
+    if validity == 0
+        && ((client.auto_tls && client.is_empty()) || (peer.auto_tls && peer.is_empty()))
     {
         return Err(ConfigError::Invalid(
             "selfSignedCertValidity is invalid,it should be greater than 0".into(),

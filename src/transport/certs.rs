@@ -58,7 +58,7 @@ pub fn read_crl(path: &Path) -> Result<CertificateRevocationListDer<'static>, Tr
 /// The serial numbers a revocation list names, without leading zero bytes.
 pub fn revoked_serials(path: &Path) -> Result<Vec<Vec<u8>>, TransportError> {
     let crl = read_crl(path)?;
-    let (_, parsed) = x509_parser::revocation_list::CertificateRevocationList::from_der(&crl)
+    let (_, parsed) = x509_parser::parse_x509_crl(&crl)
         .map_err(|e| bad(path, format!("not a certificate revocation list ({e})")))?;
     Ok(parsed
         .iter_revoked_certificates()
@@ -208,7 +208,10 @@ pub fn load_certified_key(
     if leaf.not_before > now {
         return Err(bad(
             cert_path,
-            format!("certificate is not valid before {}", time_text(leaf.not_before)),
+            format!(
+                "certificate is not valid before {}",
+                time_text(leaf.not_before)
+            ),
         ));
     }
     Ok(certified)

@@ -64,9 +64,10 @@ impl OutgoingTls {
         let verifier: Arc<dyn ServerCertVerifier> = if self.skip_verify {
             Arc::new(AcceptAnyServer(self.provider.clone()))
         } else {
-            let ca = self.trusted_ca_file.as_ref().ok_or_else(|| {
-                TransportError::NoTrustedCa(endpoint.uri().to_string())
-            })?;
+            let ca = self
+                .trusted_ca_file
+                .as_ref()
+                .ok_or_else(|| TransportError::NoTrustedCa(endpoint.uri().to_string()))?;
             WebPkiServerVerifier::builder_with_provider(Arc::new(roots(ca)?), self.provider.clone())
                 .build()
                 .map_err(|e| TransportError::Invalid {

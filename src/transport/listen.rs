@@ -288,7 +288,7 @@ async fn handshake(
     let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
         .await
         .map_err(|_| format!("TLS handshake timed out after {HANDSHAKE_TIMEOUT:?}"))?
-        .map_err(|e| format!("TLS handshake error: {e}"))?;
+        .map_err(|e| format!("TLS handshake error: {}", describe(&e)))?;
     if check_client_san {
         let leaf = tls
             .get_ref()
@@ -326,4 +326,36 @@ async fn check_san(facts: &CertificateFacts, remote: SocketAddr) -> Result<(), S
         "tls: client certificate is not valid for {ip} (IP addresses {:?}, DNS names {:?})",
         facts.ip_addresses, facts.dns_names
     ))
+}
+
+/// A handshake failure in words an operator can act on (etcd's where it has them).
+fn describe(error: &io::Error) -> String {
+    use rustls::CertificateError as Cert;
+    let Some(tls) = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    else {
+        return error.to_string();
+    };
+    match tls {
+        rustls::Error::NoCertificatesPresented => "client presented no certificate".into(),
+        rustls::Error::InvalidCertificate(cert) => {
+            let what = match cert {
+                Cert::UnknownIssuer => "signed by an unknown issuer (not the trusted CA)".into(),
+                Cert::Expired | Cert::ExpiredContext { .. } => "certificate has expired".into(),
+                Cert::NotValidYet | Cert::NotValidYetContext { .. } => {
+                    "certificate is not yet valid".into()
+                }
+                Cert::Revoked => "certificate is revoked by the CRL file".into(),
+                Cert::ApplicationVerificationFailure => {
+                    "client certificate authentication failed (its CN or host names are not \
+                     allowed)"
+                        .into()
+                }
+                other => format!("{other:?}"),
+            };
+            format!("failed to verify client certificate: {what}")
+        }
+        other => other.to_string(),
+    }
 }

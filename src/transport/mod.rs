@@ -157,7 +157,10 @@ const PEER_ALPN: &[&[u8]] = &[b"h2"];
 impl Transport {
     /// Builds both sides from the flags: reads (and checks) every certificate file
     /// now, so that a bad one stops startup with a message naming it.
-    pub fn from_config(config: &Config, base: Arc<dyn Dialer>) -> Result<Transport, TransportError> {
+    pub fn from_config(
+        config: &Config,
+        base: Arc<dyn Dialer>,
+    ) -> Result<Transport, TransportError> {
         // tonic's outgoing TLS builds its rustls configuration with the process default.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let policy = &config.tls.policy;
@@ -182,7 +185,12 @@ impl Transport {
             policy.self_signed_cert_validity_years,
         )?;
         warn_plain_urls(&client, &client_listen, "client-url", "--client-cert-auth");
-        warn_plain_urls(&peer, &config.listen_peer_urls, "peer-url", "--peer-client-cert-auth");
+        warn_plain_urls(
+            &peer,
+            &config.listen_peer_urls,
+            "peer-url",
+            "--peer-client-cert-auth",
+        );
         let server = |side: &SideTls, alpn, check_client_san| {
             if !side.has_certificate() {
                 return Ok(None);

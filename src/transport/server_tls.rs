@@ -72,12 +72,10 @@ pub fn versions(policy: &TlsPolicy) -> Vec<&'static rustls::SupportedProtocolVer
 pub fn roots(path: &std::path::Path) -> Result<RootCertStore, TransportError> {
     let mut roots = RootCertStore::empty();
     for cert in read_certificates(path)? {
-        roots
-            .add(cert)
-            .map_err(|e| TransportError::Invalid {
-                path: path.to_path_buf(),
-                reason: format!("holds a certificate that cannot be a trust anchor ({e})"),
-            })?;
+        roots.add(cert).map_err(|e| TransportError::Invalid {
+            path: path.to_path_buf(),
+            reason: format!("holds a certificate that cannot be a trust anchor ({e})"),
+        })?;
     }
     Ok(roots)
 }
@@ -140,8 +138,9 @@ impl EtcdClientVerifier {
         let revoked = revoked_serials(crl).map_err(|e| rustls::Error::General(e.to_string()))?;
         // etcd checks every certificate the client presented, not only the leaf.
         for der in std::iter::once(end_entity).chain(intermediates) {
-            let facts = CertificateFacts::parse(der)
-                .ok_or(rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+            let facts = CertificateFacts::parse(der).ok_or(rustls::Error::InvalidCertificate(
+                CertificateError::BadEncoding,
+            ))?;
             if revoked.contains(&facts.serial) {
                 return Err(rustls::Error::InvalidCertificate(CertificateError::Revoked));
             }
@@ -182,8 +181,9 @@ impl ClientCertVerifier for EtcdClientVerifier {
         self.inner
             .verify_client_cert(end_entity, intermediates, now)?;
         self.check_revocation(end_entity, intermediates)?;
-        let facts = CertificateFacts::parse(end_entity)
-            .ok_or(rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        let facts = CertificateFacts::parse(end_entity).ok_or(
+            rustls::Error::InvalidCertificate(CertificateError::BadEncoding),
+        )?;
         self.check_identity(&facts)?;
         Ok(ClientCertVerified::assertion())
     }
