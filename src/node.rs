@@ -478,7 +478,14 @@ where
         // Never told: the member goes on serving after its removal.
         removed = tokio::sync::watch::Sender::new(false).subscribe();
     }
-    let peer_router = tonic::transport::Server::builder().add_service(peer_service.into_service());
+    // etcd's peer port answers `/version` over HTTP too (version checks between members
+    // and operators' curl); raft itself is gRPC.
+    let peer_routes = Routes::from(
+        Routes::new(peer_service.into_service())
+            .into_axum_router()
+            .merge(http::router(node.clone(), Surface::Peer))
+            .fallback(http::fallback),
+    );
     let stop = stopped();
     let Incomings {
         peers,
@@ -486,7 +493,12 @@ where
         client_http,
         metrics,
     } = incomings;
-    servers.spawn(async move { peer_router.serve_with_incoming_shutdown(peers, stop).await });
+    servers.spawn(async move {
+        tonic::transport::Server::builder()
+            .accept_http1(true)
+            .serve_with_incoming_shutdown(peer_routes, peers, stop)
+            .await
+    });
     if let Some(metrics) = metrics {
         // Probes reach the metrics port from the start: a member that cannot publish
         // (no quorum) still answers them, with 503.

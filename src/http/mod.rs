@@ -1,7 +1,7 @@
 //! The HTTP surface beside gRPC: etcd's `/health`, `/livez`, `/readyz` (with their
 //! per-check sub-paths), `/version` and `/metrics`, on the client port (one listener
-//! serves gRPC and HTTP/1.1, as etcd's does), on `--listen-client-http-urls` and, the
-//! probes and metrics only, on `--listen-metrics-urls`.
+//! serves gRPC and HTTP/1.1, as etcd's does), on `--listen-client-http-urls`, the
+//! probes and metrics only on `--listen-metrics-urls`, and `/version` on peer URLs.
 //!
 //! This module owns paths, methods, status codes and bodies. It holds no check's
 //! meaning (`probes`) and formats no metric (`metrics`); it never calls raft or the
@@ -23,23 +23,30 @@ pub use health::Probe;
 /// What a listener serves over HTTP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Surface {
-    /// Client URLs and `--listen-client-http-urls`: everything, `/version` included.
+    /// Client URLs and `--listen-client-http-urls`: everything.
     Client,
     /// `--listen-metrics-urls`: `/metrics` and the health endpoints, as etcd's.
     Metrics,
+    /// Peer URLs: `/version` only (raft is gRPC).
+    Peer,
 }
 
 /// The HTTP routes of `surface`, without a fallback (see [`fallback`]).
 pub fn router(node: Arc<Node>, surface: Surface) -> Router {
     let mut router = Router::new();
-    {
+    if surface != Surface::Peer {
         let node = node.clone();
         router = router.route(
             "/health",
             any(move |method: Method, uri: Uri| health::health(node.clone(), method, uri)),
         );
     }
-    for probe in [Probe::Livez, Probe::Readyz] {
+    let probes: &[Probe] = if surface == Surface::Peer {
+        &[]
+    } else {
+        &[Probe::Livez, Probe::Readyz]
+    };
+    for &probe in probes {
         let root = node.clone();
         router = router.route(
             probe.root(),
@@ -57,7 +64,7 @@ pub fn router(node: Arc<Node>, surface: Surface) -> Router {
             );
         }
     }
-    if surface == Surface::Client {
+    if surface != Surface::Metrics {
         let node = node.clone();
         router = router.route(
             "/version",

@@ -151,8 +151,8 @@ pub struct Transport {
 
 /// ALPN on the client port: gRPC's HTTP/2 first, HTTP/1.1 for probes and curl.
 const CLIENT_ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
-/// Peers speak gRPC only.
-const PEER_ALPN: &[&[u8]] = &[b"h2"];
+/// Peers speak gRPC; `/version` answers HTTP/1.1 too.
+const PEER_ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
 
 impl Transport {
     /// Builds both sides from the flags: reads (and checks) every certificate file
@@ -208,7 +208,9 @@ impl Transport {
             Ok(Arc::new(TlsDialer::new(base.clone(), tls)))
         };
         Ok(Transport {
-            client_tls: server(&client, CLIENT_ALPN, true)?,
+            // etcd's client listeners do TLS in the server, not through its
+            // `transport` listener, so only peers get the address check.
+            client_tls: server(&client, CLIENT_ALPN, false)?,
             peer_tls: server(&peer, PEER_ALPN, !peer.info.skip_client_san_verification)?,
             client_dialer: outgoing(&client)?,
             peer_dialer: outgoing(&peer)?,
