@@ -1702,6 +1702,18 @@ impl proto::Peer for Peer {
         // header
         if let Some(authority) = pseudo.authority {
             let maybe_authority = uri::Authority::from_maybe_shared(authority.clone().into_inner());
+            // QuantyKube patch: begin. grpc-go clients (etcdctl 3.4) send the endpoint they
+            // dialled, scheme included (`http://host:port`), as :authority. Keep the
+            // authority after a well-formed `scheme://` instead of resetting the stream;
+            // anything else stays malformed. CONNECT keeps the strict check: there the
+            // authority is the tunnel's target. See QUANTYKUBE-PATCH.md.
+            let maybe_authority = match maybe_authority {
+                Err(why) if !is_connect => {
+                    authority_after_scheme(&authority.clone().into_inner()).ok_or(why)
+                }
+                parsed => parsed,
+            };
+            // QuantyKube patch: end.
             parts.authority = Some(maybe_authority.or_else(|why| {
                 malformed!(
                     "malformed headers: malformed authority ({:?}): {}",
@@ -1770,6 +1782,88 @@ impl proto::Peer for Peer {
         Ok(request)
     }
 }
+
+// QuantyKube patch: begin (this function and its tests; see QUANTYKUBE-PATCH.md).
+
+/// The authority in an `:authority` value of the form `scheme://authority`, as grpc-go
+/// clients send it when the target they dial names an endpoint with its scheme (etcd
+/// clientv3 3.4 dials `passthrough:///http://host:port`, and grpc-go uses the target's
+/// endpoint, `http://host:port`, as the authority).
+///
+/// `None` (the stream stays malformed) unless `scheme` is an RFC 3986 scheme, the rest
+/// parses as an authority on its own, and that authority has no userinfo, which RFC
+/// 9113 8.3.1 forbids in :authority.
+fn authority_after_scheme(value: &Bytes) -> Option<http::uri::Authority> {
+    let sep = value.windows(3).position(|w| w == b"://")?;
+    let mut scheme = value[..sep].iter();
+    let scheme_ok = scheme.next()?.is_ascii_alphabetic()
+        && scheme.all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'));
+    if !scheme_ok {
+        return None;
+    }
+    let rest = value.slice(sep + 3..);
+    if rest.contains(&b'@') {
+        return None;
+    }
+    let authority = http::uri::Authority::from_maybe_shared(rest).ok()?;
+    tracing::debug!(
+        "tolerated :authority with a scheme ({:?}), using {:?}",
+        value,
+        authority
+    );
+    Some(authority)
+}
+
+#[cfg(test)]
+mod quantykube_authority_tests {
+    use super::authority_after_scheme;
+    use bytes::Bytes;
+
+    fn after_scheme(value: &'static str) -> Option<String> {
+        authority_after_scheme(&Bytes::from_static(value.as_bytes())).map(|a| a.to_string())
+    }
+
+    #[test]
+    fn keeps_the_authority_after_a_scheme() {
+        assert_eq!(
+            after_scheme("http://127.0.0.1:2379").as_deref(),
+            Some("127.0.0.1:2379")
+        );
+        assert_eq!(
+            after_scheme("https://etcd-0.example:2379").as_deref(),
+            Some("etcd-0.example:2379")
+        );
+        assert_eq!(
+            after_scheme("unixs://localhost:1").as_deref(),
+            Some("localhost:1")
+        );
+        assert_eq!(
+            after_scheme("http://[::1]:2379").as_deref(),
+            Some("[::1]:2379")
+        );
+    }
+
+    #[test]
+    fn refuses_everything_else() {
+        for value in [
+            "127.0.0.1:2379",            // no scheme: h2's own parse decides, not this
+            "http://",                   // nothing after the scheme
+            "://127.0.0.1:2379",         // empty scheme
+            "1http://127.0.0.1:2379",    // a scheme starts with a letter
+            "ht/tp://127.0.0.1:2379",    // not a scheme
+            "http://127.0.0.1:2379/",    // a path
+            "http://127.0.0.1:2379/a",   // a path
+            "http://user@127.0.0.1:1",   // userinfo (RFC 9113 8.3.1)
+            "http://http://127.0.0.1:1", // only one scheme is stripped
+            "http://127.0.0.1:2379?q",   // a query
+            "http://a b:1",              // a space
+        ] {
+            assert_eq!(after_scheme(value), None, "{value:?}");
+        }
+    }
+}
+
+// QuantyKube patch: end.
 
 // ===== impl Handshaking =====
 
