@@ -10,6 +10,7 @@ mod cluster_info;
 mod differential;
 mod dns;
 mod etcdctl;
+mod http2_authority;
 mod kv_compact;
 mod kv_delete;
 mod kv_put;
