@@ -1,5 +1,7 @@
 //! etcdctl 3.4 (API v3) against the cluster: its commands and their printed output.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use crate::harness::*;
@@ -142,24 +144,47 @@ async fn etcdctl_member_list_shows_every_member() {
     assert_eq!(lines, expected);
 }
 
+// etcdctl 3.4's per-endpoint commands (`endpoint status`, `endpoint hashkv`,
+// `move-leader`) dial each endpoint as grpc-go's `passthrough:///<endpoint>`, so that
+// an endpoint given with its scheme arrives as the HTTP/2 `:authority`
+// `http://host:port`. The tests below give every endpoint with its scheme, as users
+// do (`Cluster::endpoint`); QuantyKube accepts that through its patched h2
+// (vendor/h2/QUANTYKUBE-PATCH.md).
+
+/// The member whose client URL is `endpoint`, as etcdctl prints it (with its scheme).
+fn member_at(cluster: &Cluster, endpoint: &str) -> usize {
+    (0..cluster.size())
+        .find(|&i| cluster.endpoint(i) == endpoint)
+        .unwrap_or_else(|| panic!("{endpoint:?} is no member's client URL"))
+}
+
+/// `-w json` of a per-endpoint command: one entry per member, in any order, each
+/// naming its endpoint with the scheme; returned in member order.
+fn per_member_json(cluster: &Cluster, stdout: &str, field: &str) -> Vec<Value> {
+    let entries = json(stdout);
+    let entries = entries
+        .as_array()
+        .expect("an array, one entry per endpoint");
+    assert_eq!(entries.len(), cluster.size(), "{stdout}");
+    let mut by_member: Vec<Option<Value>> = vec![None; cluster.size()];
+    for entry in entries {
+        let endpoint = entry["Endpoint"].as_str().expect("Endpoint");
+        let i = member_at(cluster, endpoint);
+        assert!(by_member[i].is_none(), "{endpoint} listed twice: {stdout}");
+        by_member[i] = Some(entry[field].clone());
+    }
+    by_member.into_iter().map(Option::unwrap).collect()
+}
+
 #[tokio::test]
-async fn etcdctl_endpoint_status_reports_each_member_and_one_leader() {
+async fn etcdctl_endpoint_status_with_scheme_endpoints_reports_every_member_and_the_leader() {
     let cluster = Cluster::start(3).await;
     cluster.etcdctl(&["put", "k", "v"]).await.assert_success();
     let leader = cluster.leader_index().await;
 
-    let out = cluster
-        .etcdctl_host_port(&["endpoint", "status", "-w", "json"])
-        .await;
-    let statuses = json(&out.assert_success().stdout);
-    let statuses = statuses.as_array().expect("array of statuses");
-    assert_eq!(statuses.len(), 3);
-    for entry in statuses {
-        let endpoint = entry["Endpoint"].as_str().unwrap();
-        let i = (0..3)
-            .find(|&i| cluster.endpoint(i).trim_start_matches("http://") == endpoint)
-            .expect("a member's endpoint");
-        let status = &entry["Status"];
+    let out = cluster.etcdctl(&["endpoint", "status", "-w", "json"]).await;
+    let statuses = per_member_json(&cluster, &out.assert_success().stdout, "Status");
+    for (i, status) in statuses.iter().enumerate() {
         assert_eq!(
             status["header"]["member_id"].as_u64().unwrap(),
             cluster.member_id(i)
@@ -176,18 +201,13 @@ async fn etcdctl_endpoint_status_reports_each_member_and_one_leader() {
     }
 
     // The simple format: endpoint, ID, version, db size, is leader, is learner, ...
-    let out = cluster.etcdctl_host_port(&["endpoint", "status"]).await;
+    let out = cluster.etcdctl(&["endpoint", "status"]).await;
     let stdout = &out.assert_success().stdout;
     assert_eq!(stdout.lines().count(), 3);
     for i in 0..3 {
         let line = stdout
             .lines()
-            .find(|l| {
-                l.starts_with(&format!(
-                    "{}, ",
-                    cluster.endpoint(i).trim_start_matches("http://")
-                ))
-            })
+            .find(|l| l.starts_with(&format!("{}, ", cluster.endpoint(i))))
             .unwrap_or_else(|| panic!("no status line for member {i}: {stdout}"));
         let fields: Vec<&str> = line.split(", ").collect();
         assert_eq!(fields[1], format!("{:x}", cluster.member_id(i)));
@@ -197,7 +217,7 @@ async fn etcdctl_endpoint_status_reports_each_member_and_one_leader() {
 }
 
 #[tokio::test]
-async fn etcdctl_endpoint_health_reports_every_member_healthy() {
+async fn etcdctl_endpoint_health_with_scheme_endpoints_reports_every_member_healthy() {
     let cluster = Cluster::start(3).await;
 
     let out = cluster.etcdctl(&["endpoint", "health"]).await;
@@ -211,4 +231,162 @@ async fn etcdctl_endpoint_health_reports_every_member_healthy() {
         );
         assert!(text.contains(&expected), "{expected:?} in {text:?}");
     }
+
+    // `-w json` has no `Endpoint`/`Status` envelope: a flat entry per endpoint.
+    let out = cluster.etcdctl(&["endpoint", "health", "-w", "json"]).await;
+    let entries = json(&out.assert_success().stdout);
+    let mut endpoints: Vec<String> = entries
+        .as_array()
+        .expect("an array, one entry per endpoint")
+        .iter()
+        .map(|entry| {
+            assert_eq!(entry["health"], true, "{entry}");
+            entry["endpoint"].as_str().expect("endpoint").to_owned()
+        })
+        .collect();
+    endpoints.sort();
+    let mut expected = cluster.endpoints();
+    expected.sort();
+    assert_eq!(endpoints, expected);
+}
+
+#[tokio::test]
+async fn etcdctl_move_leader_with_scheme_endpoints_moves_the_leader() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.leader_index().await;
+    let transferee = (leader + 1) % 3;
+
+    // Given every endpoint, etcdctl asks each for its status (one dial per endpoint)
+    // to find the leader's, then sends MoveLeader there.
+    let out = cluster
+        .etcdctl(&[
+            "move-leader",
+            &format!("{:x}", cluster.member_id(transferee)),
+        ])
+        .await;
+    assert_eq!(
+        out.assert_success().stdout.trim(),
+        format!(
+            "Leadership transferred from {:x} to {:x}",
+            cluster.member_id(leader),
+            cluster.member_id(transferee)
+        )
+    );
+
+    // Every member names the transferee as leader, and it says it leads.
+    let deadline = Deadline::after(
+        Duration::from_secs(10),
+        "every member follows the transferee",
+    );
+    loop {
+        let out = cluster.etcdctl(&["endpoint", "status", "-w", "json"]).await;
+        let statuses = per_member_json(&cluster, &out.assert_success().stdout, "Status");
+        if statuses
+            .iter()
+            .all(|s| s["leader"].as_u64() == Some(cluster.member_id(transferee)))
+        {
+            break;
+        }
+        deadline.tick().await;
+    }
+    let out = cluster.etcdctl(&["endpoint", "status"]).await;
+    let stdout = &out.assert_success().stdout;
+    let leading: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.split(", ").nth(4) == Some("true"))
+        .collect();
+    assert_eq!(leading.len(), 1, "one leader: {stdout}");
+    assert!(
+        leading[0].starts_with(&format!(
+            "{}, {:x}, ",
+            cluster.endpoint(transferee),
+            cluster.member_id(transferee)
+        )),
+        "{stdout}"
+    );
+
+    // The old leader's endpoint alone is now no leader's: etcdctl refuses, naming it.
+    let out = cluster
+        .etcdctl_on(
+            leader,
+            &["move-leader", &format!("{:x}", cluster.member_id(leader))],
+        )
+        .await;
+    assert!(!out.success());
+    assert!(
+        out.stderr.contains(&format!(
+            "no leader endpoint given at [{}]",
+            cluster.endpoint(leader)
+        )),
+        "{}",
+        out.stderr
+    );
+}
+
+/// `endpoint hashkv` with scheme endpoints. Against etcd the whole result is checked:
+/// a hash per member, equal on all of them, that of the asked revision. QuantyKube
+/// answers HashKV `Unimplemented` until issue 15 lands it; until then this checks
+/// that each endpoint's request reaches QuantyKube and gets a gRPC answer (not a
+/// stream reset by its HTTP/2 layer, which was this command's failure before).
+#[tokio::test]
+async fn etcdctl_endpoint_hashkv_with_scheme_endpoints_reaches_every_member() {
+    let cluster = Cluster::start(3).await;
+    cluster.etcdctl(&["put", "a", "1"]).await.assert_success();
+    cluster.etcdctl(&["put", "b", "2"]).await.assert_success(); // revision 3
+
+    let out = cluster.etcdctl(&["endpoint", "hashkv", "-w", "json"]).await;
+    if cluster.target() == Target::Quantykube {
+        // QuantyKube's HashKV lands with issue 15; drop this branch then.
+        assert!(!out.success(), "{out:?}");
+        for i in 0..cluster.size() {
+            let expected = format!(
+                "Failed to get the hash of endpoint {} (rpc error: code = Unimplemented desc = \
+                 etcdserverpb.Maintenance/HashKV is not implemented by QuantyKube yet)",
+                cluster.endpoint(i)
+            );
+            assert!(out.stderr.contains(&expected), "{expected:?} in {out:?}");
+        }
+        assert!(!out.stderr.contains("PROTOCOL_ERROR"), "{out:?}");
+        return;
+    }
+
+    let hashes = per_member_json(&cluster, &out.assert_success().stdout, "HashKV");
+    let hash_at_3 = hashes[0]["hash"].as_u64().expect("hash");
+    assert_ne!(hash_at_3, 0);
+    for (i, resp) in hashes.iter().enumerate() {
+        assert_eq!(
+            resp["header"]["member_id"].as_u64(),
+            Some(cluster.member_id(i))
+        );
+        assert_eq!(resp["header"]["revision"], 3);
+        assert_eq!(resp["hash"].as_u64(), Some(hash_at_3), "member {i}: {resp}");
+        assert_eq!(resp["compact_revision"], -1, "never compacted");
+    }
+
+    // A write changes the hash of the latest revision, not that of revision 3.
+    cluster.etcdctl(&["put", "a", "3"]).await.assert_success(); // revision 4
+    let out = cluster.etcdctl(&["endpoint", "hashkv"]).await;
+    let stdout = &out.assert_success().stdout;
+    let latest = simple_hashes(&cluster, stdout);
+    assert!(latest.iter().all(|&h| h == latest[0]), "{stdout}");
+    assert_ne!(latest[0], hash_at_3, "{stdout}");
+    let out = cluster.etcdctl(&["endpoint", "hashkv", "--rev", "3"]).await;
+    let at_3 = simple_hashes(&cluster, &out.assert_success().stdout);
+    assert_eq!(at_3, vec![hash_at_3; cluster.size()]);
+}
+
+/// The simple format of `endpoint hashkv`: `<endpoint>, <hash>` per member, in member
+/// order.
+fn simple_hashes(cluster: &Cluster, stdout: &str) -> Vec<u64> {
+    assert_eq!(stdout.lines().count(), cluster.size(), "{stdout}");
+    (0..cluster.size())
+        .map(|i| {
+            let prefix = format!("{}, ", cluster.endpoint(i));
+            let line = stdout
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no hash line for member {i}: {stdout}"));
+            line[prefix.len()..].parse().expect("a decimal hash")
+        })
+        .collect()
 }

@@ -710,34 +710,9 @@ impl Cluster {
         all
     }
 
-    /// Runs etcdctl against all running members named as `host:port`, without a scheme.
-    /// etcdctl 3.4's per-endpoint commands (`endpoint status|health`) send such an
-    /// endpoint with its scheme as the HTTP/2 `:authority`, which grpc-go accepts and
-    /// QuantyKube's HTTP/2 server (h2) refuses; see docs/compatibility.md.
-    pub async fn etcdctl_host_port(&self, args: &[&str]) -> CmdOutput {
-        let endpoints: Vec<String> = (0..self.members.len())
-            .filter(|&i| self.is_running(i))
-            .map(|i| self.endpoint(i).trim_start_matches("http://").to_string())
-            .collect();
-        run_etcdctl(&endpoints.join(","), &self.tls_args(args), "").await
-    }
-
     /// Runs etcdctl (API v3) against member `i` only.
     pub async fn etcdctl_on(&self, i: usize, args: &[&str]) -> CmdOutput {
         run_etcdctl(&self.endpoint(i), &self.tls_args(args), "").await
-    }
-
-    /// Runs etcdctl against member `i` only, its endpoint given as `host:port`, as
-    /// etcdctl 3.4's per-endpoint commands need with QuantyKube (docs/compatibility.md,
-    /// known differences).
-    pub async fn etcdctl_on_host_port(&self, i: usize, args: &[&str]) -> CmdOutput {
-        let endpoint = self.endpoint(i);
-        run_etcdctl(
-            endpoint.trim_start_matches("http://"),
-            &self.tls_args(args),
-            "",
-        )
-        .await
     }
 
     /// The last lines of every member's log, for failure messages.

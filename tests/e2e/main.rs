@@ -11,6 +11,7 @@ mod cluster_info;
 mod differential;
 mod dns;
 mod etcdctl;
+mod http2_authority;
 mod kubeadm;
 mod kv_compact;
 mod kv_delete;

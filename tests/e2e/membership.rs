@@ -1408,11 +1408,9 @@ async fn move_leader() {
     let target = (leader + 1) % 3;
     let other = (leader + 2) % 3;
 
-    // etcdctl move-leader against the leader's endpoint (as `host:port`: etcdctl 3.4
-    // sends a scheme in `:authority` on per-endpoint commands, which QuantyKube's
-    // HTTP/2 server refuses; docs/compatibility.md, known differences).
+    // etcdctl move-leader against the leader's endpoint.
     let out = cluster
-        .etcdctl_on_host_port(
+        .etcdctl_on(
             leader,
             &["move-leader", &format!("{:x}", cluster.member_id(target))],
         )
@@ -1431,7 +1429,7 @@ async fn move_leader() {
 
     // etcdctl itself refuses when no endpoint it was given is the leader.
     let out = cluster
-        .etcdctl_on_host_port(
+        .etcdctl_on(
             other,
             &["move-leader", &format!("{:x}", cluster.member_id(other))],
         )
@@ -1440,7 +1438,7 @@ async fn move_leader() {
     assert!(
         out.stderr.contains(&format!(
             "no leader endpoint given at [{}]",
-            cluster.endpoint(other).trim_start_matches("http://")
+            cluster.endpoint(other)
         )),
         "etcdctl move-leader on a follower: {}",
         out.stderr
