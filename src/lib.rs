@@ -10,6 +10,7 @@ pub mod config;
 pub mod identity;
 pub mod lessor;
 pub mod membership;
+pub mod metrics;
 pub mod node;
 pub mod offload;
 #[cfg(feature = "planted-bugs")]

@@ -477,6 +477,7 @@ where
     let peer_router = tonic::transport::Server::builder().add_service(peer_service.into_service());
     let stop = stopped();
     servers.spawn(async move { peer_router.serve_with_incoming_shutdown(peers, stop).await });
+    tokio::spawn(crate::metrics::follow(node.clone()));
     let (health, health_service) = tonic_health::server::health_reporter();
     tokio::spawn(api::health::track(
         node.clone(),

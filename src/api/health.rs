@@ -22,6 +22,7 @@ pub async fn track(node: Arc<Node>, reporter: HealthReporter, period: Duration) 
             tokio::time::timeout(period, node.read_barrier()).await,
             Ok(Ok(()))
         );
+        crate::metrics::server::set_has_leader(serving);
         let status = if serving {
             ServingStatus::Serving
         } else {

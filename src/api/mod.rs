@@ -53,7 +53,13 @@ pub fn client_router<H: Health>(
 ) -> Router<
     tower::layer::util::Stack<
         learner_gate::LearnerGateLayer,
-        tower::layer::util::Stack<compat_layer::CompatLayer, tower::layer::util::Identity>,
+        tower::layer::util::Stack<
+            compat_layer::CompatLayer,
+            tower::layer::util::Stack<
+                crate::metrics::grpc::GrpcMetricsLayer,
+                tower::layer::util::Identity,
+            >,
+        >,
     >,
 > {
     let max = node
@@ -61,6 +67,8 @@ pub fn client_router<H: Health>(
         .max_request_bytes
         .saturating_add(GRPC_OVERHEAD_BYTES);
     tonic::transport::Server::builder()
+        // Outermost, so that it counts every call with the status the client gets.
+        .layer(crate::metrics::grpc::GrpcMetricsLayer)
         .layer(compat_layer::CompatLayer)
         .layer(learner_gate::LearnerGateLayer::new(node.clone()))
         .add_service(KvServer::new(kv::KvService::new(node.clone())).max_decoding_message_size(max))

@@ -118,6 +118,8 @@ pub struct ClusterOptions {
     pub members: usize,
     /// Extra flags passed to every member, e.g. `["--max-txn-ops", "4"]`.
     pub extra_args: Vec<String>,
+    /// Give each member its own `--listen-metrics-urls` (see [`Cluster::metrics_url`]).
+    pub metrics_urls: bool,
 }
 
 impl ClusterOptions {
@@ -126,7 +128,15 @@ impl ClusterOptions {
             target: Target::from_env(),
             members,
             extra_args: Vec::new(),
+            metrics_urls: false,
         }
+    }
+
+    /// Each member listens for metrics (and etcd's other HTTP endpoints) on a URL of
+    /// its own, a port from the top of the cluster's port block.
+    pub fn metrics_urls(mut self) -> Self {
+        self.metrics_urls = true;
+        self
     }
 
     pub fn target(mut self, target: Target) -> Self {
@@ -161,6 +171,8 @@ struct Member {
     log_path: PathBuf,
     child: Option<Child>,
     id: u64,
+    /// `--listen-metrics-urls`, if the cluster was started with metrics URLs.
+    metrics_url: Option<String>,
     /// Set for a member that joins a running cluster (`--initial-cluster-state
     /// existing`); `None` for the members the cluster started with.
     join: Option<Join>,
@@ -234,7 +246,12 @@ impl Cluster {
     pub async fn start_with(options: ClusterOptions) -> Cluster {
         assert!(options.members >= 1, "a cluster needs at least one member");
         let binary = options.target.require_binary();
-        let (ip, base_port, token) = allocate_addresses(options.members);
+        let metrics_ports = if options.metrics_urls {
+            options.members
+        } else {
+            0
+        };
+        let (ip, base_port, token) = allocate_addresses(options.members, metrics_ports);
         let mut members = Vec::with_capacity(options.members);
         for i in 0..options.members {
             let dir = tempfile::Builder::new()
@@ -251,6 +268,9 @@ impl Cluster {
                 log_path,
                 child: None,
                 id: 0,
+                metrics_url: options
+                    .metrics_urls
+                    .then(|| format!("http://{ip}:{}", metrics_port(base_port, i))),
                 join: None,
             });
         }
@@ -293,6 +313,19 @@ impl Cluster {
 
     pub fn size(&self) -> usize {
         self.members.len()
+    }
+
+    /// Member `i`'s `--listen-metrics-urls`, when started with
+    /// [`ClusterOptions::metrics_urls`].
+    pub fn metrics_url(&self, i: usize) -> Option<String> {
+        self.members[i].metrics_url.clone()
+    }
+
+    fn metrics_ports(&self) -> u32 {
+        self.members
+            .iter()
+            .filter(|m| m.metrics_url.is_some())
+            .count() as u32
     }
 
     /// The client URL of member `i`.
@@ -522,6 +555,9 @@ impl Cluster {
             .arg(&m.client_url)
             .arg("--listen-peer-urls")
             .arg(&m.peer_url);
+        if let Some(url) = &m.metrics_url {
+            cmd.arg("--listen-metrics-urls").arg(url);
+        }
         if !via_env {
             cmd.arg("--initial-advertise-peer-urls")
                 .arg(&m.peer_url)
@@ -620,7 +656,7 @@ impl Cluster {
         let i = self.members.len();
         let client_port = self.base_port + 2 * i as u16;
         assert!(
-            2 * i as u32 + 2 <= PORT_BLOCK,
+            2 * i as u32 + 2 + self.metrics_ports() <= PORT_BLOCK,
             "no room in the cluster's port block for member {i}"
         );
         for port in [client_port, client_port + 1] {
@@ -640,6 +676,7 @@ impl Cluster {
             log_path,
             child: None,
             id: 0,
+            metrics_url: None,
             join: None,
         });
         i
@@ -997,7 +1034,14 @@ const PORT_BLOCK: u32 = 20;
 /// Picks a loopback address for this process and a block of `2 * members` ports on it
 /// that are free right now. The address is unique per process id; the port block is
 /// unique per cluster within the process.
-fn allocate_addresses(members: usize) -> (Ipv4Addr, u16, String) {
+/// Member `i`'s metrics port: counted down from the top of the block, so that members
+/// that join later keep taking pairs from the bottom.
+fn metrics_port(base_port: u16, i: usize) -> u16 {
+    base_port + (PORT_BLOCK as u16) - 1 - i as u16
+}
+
+/// A block for `members` pairs of client and peer ports, and `metrics` metrics ports.
+fn allocate_addresses(members: usize, metrics: usize) -> (Ipv4Addr, u16, String) {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     const BASE: u32 = 20_000;
     const BLOCK: u32 = PORT_BLOCK;
@@ -1005,7 +1049,7 @@ fn allocate_addresses(members: usize) -> (Ipv4Addr, u16, String) {
     // client connections never hold a port a member will bind on restart.
     const BLOCKS: u32 = 600;
     assert!(
-        2 * members as u32 <= BLOCK,
+        (2 * members + metrics) as u32 <= BLOCK,
         "too many members for one port block"
     );
     let pid = std::process::id();
@@ -1019,6 +1063,7 @@ fn allocate_addresses(members: usize) -> (Ipv4Addr, u16, String) {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let base = BASE + (n % BLOCKS) * BLOCK;
         let free = (0..2 * members as u32)
+            .chain((0..metrics as u32).map(|i| BLOCK - 1 - i))
             .all(|k| TcpListener::bind(SocketAddrV4::new(ip, (base + k) as u16)).is_ok());
         if free {
             return (ip, base as u16, format!("qk-e2e-{pid}-{n}"));

@@ -2,6 +2,7 @@
 //! with `QK_TEST_TARGET=etcd` (see `harness.rs`). One test binary for all modules.
 
 mod harness;
+mod prometheus_text;
 mod raw;
 
 mod bench_tool;
@@ -17,6 +18,7 @@ mod kv_range;
 mod kv_txn;
 mod lease;
 mod membership;
+mod metrics;
 mod quantykube_surface;
 mod request_limits;
 mod revisions;
