@@ -487,7 +487,7 @@ mod tests {
     fn frames_are_counted_across_chunk_boundaries() {
         let mut frames = Frames::default();
         // Two messages (3 bytes, then empty) and the start of a third, split oddly.
-        let stream = [0u8, 0, 0, 0, 3, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+        let stream = [0u8, 0, 0, 0, 3, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
         let (a, b) = stream.split_at(3);
         let (b, c) = b.split_at(4);
         assert_eq!(frames.feed(a), (0, 0));
