@@ -210,11 +210,15 @@ pub fn peer_label(id: NodeId) -> String {
     format!("{id:x}")
 }
 
-/// Bytes of peer requests received from the member a request's metadata names (its
-/// hex id, which is etcd's `From` label value as it is).
-pub fn peer_received(from_hex: &str, bytes: usize) {
-    if let Ok(counter) = PEER_RECEIVED_BYTES.get_metric_with_label_values(&[from_hex]) {
-        counter.inc_by(bytes as u64);
+/// Bytes of a peer request received from the member its metadata names (its hex id,
+/// which is etcd's `From` and `To` label value as it is), and of the answer sent back.
+/// etcd counts every message both ways, answers included.
+pub fn peer_exchanged(peer_hex: &str, received: usize, sent: usize) {
+    if let Ok(counter) = PEER_RECEIVED_BYTES.get_metric_with_label_values(&[peer_hex]) {
+        counter.inc_by(received as u64);
+    }
+    if let Ok(counter) = PEER_SENT_BYTES.get_metric_with_label_values(&[peer_hex]) {
+        counter.inc_by(sent as u64);
     }
 }
 
@@ -224,6 +228,7 @@ pub(crate) struct PeerMetrics {
     rtt: Histogram,
     sent_failures: IntCounter,
     sent_bytes: IntCounter,
+    received_bytes: IntCounter,
 }
 
 impl PeerMetrics {
@@ -233,6 +238,7 @@ impl PeerMetrics {
             rtt: PEER_RTT.with_label_values(&[&to]),
             sent_failures: PEER_SENT_FAILURES.with_label_values(&[&to]),
             sent_bytes: PEER_SENT_BYTES.with_label_values(&[&to]),
+            received_bytes: PEER_RECEIVED_BYTES.with_label_values(&[&to]),
         }
     }
 
@@ -246,6 +252,11 @@ impl PeerMetrics {
 
     pub(crate) fn sent(&self, bytes: usize) {
         self.sent_bytes.inc_by(bytes as u64);
+    }
+
+    /// An answer from this peer.
+    pub(crate) fn received(&self, bytes: usize) {
+        self.received_bytes.inc_by(bytes as u64);
     }
 }
 

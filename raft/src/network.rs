@@ -234,6 +234,7 @@ impl PeerConnection {
             .map(|r| r.response)
         };
         let bytes = response.map_err(|e| self.rpc_error(action, e))?;
+        self.metrics.received(bytes.len());
         self.decode(action, "vote response", &bytes)
     }
 
@@ -354,6 +355,7 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         if !has_entries {
             self.metrics.round_trip(sent_at.elapsed());
         }
+        self.metrics.received(bytes.len());
         self.decode(action, "append entries response", &bytes)
     }
 

@@ -169,17 +169,18 @@ where
         request: Request<pb::AppendEntriesRequest>,
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         self.same_cluster(&request)?;
+        let rpc = codec::decode("append entries request", &request.get_ref().request)?;
+        let response = self.raft.append_entries(rpc).await.map_err(stopped)?;
+        let response = encode("append entries response", &response)?;
         if let Some(from) = request
             .metadata()
             .get(MEMBER_ID_METADATA)
             .and_then(|id| id.to_str().ok())
         {
-            crate::metrics::peer_received(from, request.get_ref().request.len());
+            crate::metrics::peer_exchanged(from, request.get_ref().request.len(), response.len());
         }
-        let rpc = codec::decode("append entries request", &request.get_ref().request)?;
-        let response = self.raft.append_entries(rpc).await.map_err(stopped)?;
         Ok(Response::new(pb::AppendEntriesResponse {
-            response: encode("append entries response", &response)?.into(),
+            response: response.into(),
         }))
     }
 

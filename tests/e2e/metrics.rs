@@ -163,6 +163,10 @@ fn check_catalogue(url: &str, metrics: &Exposition) {
             expected,
             "{url}: labels of {name}"
         );
+        assert!(
+            !metrics.families[*name].help.is_empty(),
+            "{url}: HELP of {name}"
+        );
     }
     // etcd's disk buckets: 1 ms to 8.192 s, doubling.
     let disk: Vec<f64> = (0..14).map(|i| 0.001 * f64::from(1u32 << i)).collect();
@@ -397,12 +401,11 @@ async fn watch_stream_counted(endpoint: &str, url: &str) {
     };
     let before = open(&scrape(url).await);
     let mut client = Client::connect([endpoint], None).await.expect("connect");
-    let (watcher, stream) = client.watch("metrics-", None).await.expect("watch");
+    let stream = client.watch("metrics-", None).await.expect("watch");
     scrape_until(url, Duration::from_secs(5), "watch stream open", |m| {
         open(m) == before + 1.0
     })
     .await;
-    drop(watcher);
     drop(stream);
     drop(client);
     scrape_until(url, Duration::from_secs(10), "watch stream handled", |m| {
