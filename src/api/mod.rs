@@ -46,22 +46,21 @@ pub(crate) fn current_header(
 /// a too-large request is answered with etcd's own error rather than a transport one.
 const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
-/// The client-facing server: all six etcd services and gRPC health.
-pub fn client_router<H: Health>(
-    node: Arc<Node>,
-    health: HealthServer<H>,
-) -> Router<
+/// The layers around every client RPC, from the inside out: the learner gate, etcd's
+/// status rewrites, and outermost the metrics, so that they see the final status.
+pub type ClientLayers = tower::layer::util::Stack<
+    learner_gate::LearnerGateLayer,
     tower::layer::util::Stack<
-        learner_gate::LearnerGateLayer,
+        compat_layer::CompatLayer,
         tower::layer::util::Stack<
-            compat_layer::CompatLayer,
-            tower::layer::util::Stack<
-                crate::metrics::grpc::GrpcMetricsLayer,
-                tower::layer::util::Identity,
-            >,
+            crate::metrics::grpc::GrpcMetricsLayer,
+            tower::layer::util::Identity,
         >,
     >,
-> {
+>;
+
+/// The client-facing server: all six etcd services and gRPC health.
+pub fn client_router<H: Health>(node: Arc<Node>, health: HealthServer<H>) -> Router<ClientLayers> {
     let max = node
         .limits()
         .max_request_bytes
