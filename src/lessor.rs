@@ -239,7 +239,10 @@ pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
                     leader_term: term,
                 });
                 match node.propose(expiry).await {
-                    Ok(_) => tracing::debug!(lease = id, "expired lease revoked"),
+                    Ok(_) => {
+                        crate::metrics::server::lease_expired();
+                        tracing::debug!(lease = id, "expired lease revoked");
+                    }
                     // Revoked meanwhile by a client: nothing left to do.
                     Err(status) if status.code() == tonic::Code::NotFound => {}
                     Err(status) => {

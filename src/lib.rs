@@ -11,6 +11,7 @@ pub mod http;
 pub mod identity;
 pub mod lessor;
 pub mod membership;
+pub mod metrics;
 pub mod node;
 pub mod offload;
 #[cfg(feature = "planted-bugs")]

@@ -512,6 +512,7 @@ where
                 .await
         });
     }
+    tokio::spawn(crate::metrics::follow(node.clone()));
     let (health, health_service) = tonic_health::server::health_reporter();
     tokio::spawn(api::health::track(
         node.clone(),

@@ -42,16 +42,19 @@ pub fn request_timeout(node: &Node) -> Duration {
     Duration::from_secs(5) + 2 * node.election_timeout()
 }
 
-/// True while this member knows a leader. A leader that has not heard from a quorum
-/// for an election timeout counts as none, as etcd's check-quorum makes its leader
-/// step down; a follower forgets its leader when it starts an election.
+/// True while this member knows a leader, in etcd's sense: a follower that heard from
+/// its leader within an election timeout, or a leader that heard from a quorum within
+/// one (etcd's check-quorum makes such a leader step down).
 pub fn has_leader(node: &Node) -> bool {
     let metrics = node.raft().metrics().borrow_watched().clone();
     let Some(leader) = metrics.current_leader else {
         return false;
     };
     if leader != node.id() {
-        return true;
+        return node
+            .guard()
+            .leader_contact_age()
+            .is_some_and(|age| age < node.election_timeout());
     }
     let mut voters = metrics.membership_config.membership().voter_ids();
     if voters.next() == Some(node.id()) && voters.next().is_none() {

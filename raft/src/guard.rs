@@ -32,6 +32,10 @@ pub struct ClusterGuard {
     removed_self: watch::Sender<bool>,
     /// The newest membership's member records: where each peer listens now.
     members: RwLock<BTreeMap<NodeId, Arc<Member>>>,
+    /// When this member last accepted an AppendEntries (a heartbeat at least) from a
+    /// leader, as nanoseconds after `created` plus one; 0 for never.
+    leader_contact: AtomicU64,
+    created: tokio::time::Instant,
 }
 
 impl ClusterGuard {
@@ -42,6 +46,30 @@ impl ClusterGuard {
             removed: RwLock::new(BTreeSet::new()),
             removed_self: watch::Sender::new(false),
             members: RwLock::new(BTreeMap::new()),
+            leader_contact: AtomicU64::new(0),
+            created: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Notes that a leader's AppendEntries was just accepted.
+    pub fn heard_from_leader(&self) {
+        let since = self.created.elapsed().as_nanos();
+        let stamp = u64::try_from(since).unwrap_or(u64::MAX - 1) + 1;
+        self.leader_contact.store(stamp, Ordering::Relaxed);
+    }
+
+    /// How long ago a leader's AppendEntries was last accepted; `None` if never. A
+    /// follower's raft state goes on naming a dead leader (pre-vote does not change its
+    /// vote), so this is how it tells, as etcd's follower forgets its leader once an
+    /// election timeout passes without one.
+    pub fn leader_contact_age(&self) -> Option<std::time::Duration> {
+        match self.leader_contact.load(Ordering::Relaxed) {
+            0 => None,
+            stamp => Some(
+                self.created
+                    .elapsed()
+                    .saturating_sub(std::time::Duration::from_nanos(stamp - 1)),
+            ),
         }
     }
 

@@ -24,6 +24,7 @@ pub mod guard;
 pub mod join;
 pub mod log_store;
 pub mod log_tail;
+pub mod metrics;
 pub mod network;
 pub mod pb;
 pub mod peer_server;

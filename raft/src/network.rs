@@ -34,6 +34,7 @@ use tonic::{Code, Status};
 use crate::channels::{Lane, PeerChannels, PeerRpc, PooledChannel};
 use crate::codec;
 use crate::guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_REMOVED};
+use crate::metrics::PeerMetrics;
 use crate::pb;
 use crate::types::{Member, NodeId, Snapshot, SnapshotFile, TypeConfig, Vote};
 
@@ -68,6 +69,7 @@ impl PeerNetworkFactory {
             lane,
             channels: self.channels.clone(),
             guard: self.guard.clone(),
+            metrics: PeerMetrics::to(target),
         }
     }
 }
@@ -97,6 +99,8 @@ pub struct PeerConnection {
     lane: Lane,
     channels: PeerChannels,
     guard: Arc<ClusterGuard>,
+    /// This peer's series (etcd's `To` label), resolved once per connection.
+    metrics: PeerMetrics,
 }
 
 /// Why one unary call failed, before it is turned into openraft's error type.
@@ -162,6 +166,7 @@ impl PeerConnection {
     }
 
     fn rpc_error(&self, action: RPCTypes, e: CallError) -> RPCError<TypeConfig> {
+        self.metrics.send_failed();
         match e {
             CallError::Timeout(timeout) => {
                 tracing::debug!(target_id = self.target, %action, ?timeout, "peer rpc timed out");
@@ -212,6 +217,7 @@ impl PeerConnection {
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         let action = RPCTypes::Vote;
         let request = self.encode(action, "vote request", &rpc)?;
+        self.metrics.sent(request.len());
         let response = if pre_vote {
             self.unary(option.soft_ttl(), |mut c, t| async move {
                 c.request_pre_vote(with_timeout(pb::RequestPreVoteRequest { request }, t))
@@ -228,6 +234,7 @@ impl PeerConnection {
             .map(|r| r.response)
         };
         let bytes = response.map_err(|e| self.rpc_error(action, e))?;
+        self.metrics.received(bytes.len());
         self.decode(action, "vote response", &bytes)
     }
 
@@ -313,6 +320,8 @@ impl PeerConnection {
                 return Err(self.rpc_error(action, e).into());
             }
         };
+        self.metrics
+            .sent(usize::try_from(size).unwrap_or(usize::MAX));
         tracing::info!(target_id = self.target, snapshot = %snapshot.meta, "snapshot sent");
         Ok(self.decode(action, "snapshot response", &bytes)?)
     }
@@ -330,6 +339,8 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         let has_entries = !rpc.entries.is_empty();
         let request = self.encode(action, "append entries request", &rpc)?;
         let ttl = append_entries_deadline(option.soft_ttl(), has_entries, request.len());
+        self.metrics.sent(request.len());
+        let sent_at = Instant::now();
         let bytes = self
             .unary(ttl, |mut c, t| async move {
                 c.append_entries(with_timeout(pb::AppendEntriesRequest { request }, t))
@@ -338,6 +349,13 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
             .await
             .map_err(|e| self.rpc_error(action, e))?
             .response;
+        // etcd probes each peer for its round trip; an AppendEntries without entries (a
+        // heartbeat) is such a probe here: no disk write on the follower, only the
+        // network and its raft core.
+        if !has_entries {
+            self.metrics.round_trip(sent_at.elapsed());
+        }
+        self.metrics.received(bytes.len());
         self.decode(action, "append entries response", &bytes)
     }
 
@@ -376,6 +394,7 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
         let action = RPCTypes::TransferLeader;
         let request = self.encode(action, "transfer leader request", &req)?;
+        self.metrics.sent(request.len());
         let bytes = self
             .unary(option.soft_ttl(), |mut c, t| async move {
                 c.transfer_leader(with_timeout(pb::TransferLeaderRequest { request }, t))

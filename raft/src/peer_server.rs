@@ -171,8 +171,22 @@ where
         self.same_cluster(&request)?;
         let rpc = codec::decode("append entries request", &request.get_ref().request)?;
         let response = self.raft.append_entries(rpc).await.map_err(stopped)?;
+        if !matches!(
+            response,
+            openraft::raft::AppendEntriesResponse::HigherVote(_)
+        ) {
+            self.guard.heard_from_leader();
+        }
+        let response = encode("append entries response", &response)?;
+        if let Some(from) = request
+            .metadata()
+            .get(MEMBER_ID_METADATA)
+            .and_then(|id| id.to_str().ok())
+        {
+            crate::metrics::peer_exchanged(from, request.get_ref().request.len(), response.len());
+        }
         Ok(Response::new(pb::AppendEntriesResponse {
-            response: encode("append entries response", &response)?.into(),
+            response: response.into(),
         }))
     }
 

@@ -22,6 +22,7 @@ pub async fn track(node: Arc<Node>, reporter: HealthReporter, period: Duration) 
             tokio::time::timeout(period, crate::probes::linearizable_read(&node)).await,
             Ok(Ok(()))
         );
+        crate::metrics::server::set_has_leader(crate::probes::has_leader(&node));
         let status = if serving {
             ServingStatus::Serving
         } else {

@@ -47,20 +47,27 @@ pub(crate) fn current_header(
 /// a too-large request is answered with etcd's own error rather than a transport one.
 const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
+/// The layers around every client RPC, from the inside out: the learner gate, etcd's
+/// status rewrites, and outermost the metrics, so that they see the final status.
+pub type ClientLayers = tower::layer::util::Stack<
+    learner_gate::LearnerGateLayer,
+    tower::layer::util::Stack<
+        compat_layer::CompatLayer,
+        tower::layer::util::Stack<
+            crate::metrics::grpc::GrpcMetricsLayer,
+            tower::layer::util::Identity,
+        >,
+    >,
+>;
+
 /// The client port's server settings and the layers every gRPC call passes through.
 /// `http` also serves HTTP/1.1 (the probes, `/version`, `/metrics`) on the same
 /// listener, as etcd does unless `--listen-client-http-urls` is set.
-pub fn client_server(
-    node: Arc<Node>,
-    http: bool,
-) -> Server<
-    tower::layer::util::Stack<
-        learner_gate::LearnerGateLayer,
-        tower::layer::util::Stack<compat_layer::CompatLayer, tower::layer::util::Identity>,
-    >,
-> {
+pub fn client_server(node: Arc<Node>, http: bool) -> Server<ClientLayers> {
     Server::builder()
         .accept_http1(http)
+        // Outermost, so that it counts every call with the status the client gets.
+        .layer(crate::metrics::grpc::GrpcMetricsLayer)
         .layer(compat_layer::CompatLayer)
         .layer(learner_gate::LearnerGateLayer::new(node))
 }

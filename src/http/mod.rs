@@ -64,6 +64,9 @@ pub fn router(node: Arc<Node>, surface: Surface) -> Router {
             );
         }
     }
+    if surface != Surface::Peer {
+        router = router.route("/metrics", any(metrics));
+    }
     if surface != Surface::Metrics {
         let node = node.clone();
         router = router.route(
@@ -98,6 +101,19 @@ async fn version(node: Arc<Node>, method: Method) -> Response<Body> {
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// `GET /metrics`: the Prometheus text format (`metrics` formats it).
+async fn metrics(method: Method) -> Response<Body> {
+    if let Some(refused) = health::only_get(&method) {
+        return refused;
+    }
+    let mut response = Response::new(Body::from(crate::metrics::render()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
     );
     response
 }

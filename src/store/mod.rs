@@ -173,6 +173,43 @@ impl RevisionStore {
             })
             .sum()
     }
+
+    /// RocksDB's estimate of the live data in the store's column families (what
+    /// compaction would leave), for the `in_use` size metric; at most the total size.
+    pub fn approximate_live_size(&self) -> u64 {
+        let live: u64 = STORE_COLUMN_FAMILIES
+            .iter()
+            .filter_map(|name| self.db.cf_handle(name))
+            .filter_map(|cf| {
+                let sst = self
+                    .db
+                    .property_int_value_cf(cf, "rocksdb.estimate-live-data-size")
+                    .ok()
+                    .flatten()?;
+                let memtables = self
+                    .db
+                    .property_int_value_cf(cf, "rocksdb.cur-size-all-mem-tables")
+                    .ok()
+                    .flatten()?;
+                Some(sst + memtables)
+            })
+            .sum();
+        live.min(self.approximate_size())
+    }
+
+    /// RocksDB's estimate of the number of live keys (the `latest` column family holds
+    /// one entry per live key): no scan, so a scrape costs the same at any size.
+    pub fn estimated_key_count(&self) -> u64 {
+        self.db
+            .cf_handle(CF_LATEST)
+            .and_then(|cf| {
+                self.db
+                    .property_int_value_cf(cf, "rocksdb.estimate-num-keys")
+                    .ok()
+                    .flatten()
+            })
+            .unwrap_or(0)
+    }
 }
 
 #[cfg(test)]

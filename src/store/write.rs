@@ -517,7 +517,9 @@ impl<'s> ApplyBatch<'s> {
         let mut staged = std::mem::replace(&mut self.staged, Staged::new(revisions));
         meta::stage_current_revision(self.store, &mut staged.batch, staged.revisions.current)?;
         meta::stage_applied_log_id(self.store, &mut staged.batch, &log_id)?;
+        let started = tokio::time::Instant::now();
         self.store.db.write(staged.batch)?;
+        crate::metrics::storage::backend_committed(started.elapsed());
         if !staged.events.is_empty() {
             self.store.feed.publish(Changes {
                 since: self.written.current,

@@ -20,6 +20,7 @@ use tonic::Status;
 
 use super::watcher::Watcher;
 use crate::api::status;
+use crate::metrics::storage as metrics;
 use crate::node::Node;
 use crate::proto::etcdserverpb::watch_request::RequestUnion;
 use crate::proto::etcdserverpb::{ResponseHeader, WatchCreateRequest, WatchRequest, WatchResponse};
@@ -134,6 +135,14 @@ pub struct WatchStream {
     next_id: i64,
     /// A progress request waits for every watcher to be synced.
     progress_requested: bool,
+    /// Counts this stream in etcd's watch stream gauge while it lives.
+    _counted: metrics::WatchStreamGauge,
+}
+
+impl Drop for WatchStream {
+    fn drop(&mut self) {
+        metrics::watchers_changed(-(self.watchers.len() as i64));
+    }
 }
 
 impl WatchStream {
@@ -156,6 +165,7 @@ impl WatchStream {
             watchers: BTreeMap::new(),
             next_id: 0,
             progress_requested: false,
+            _counted: metrics::WatchStreamGauge::open(),
         })
     }
 
@@ -259,6 +269,7 @@ impl WatchStream {
         }
         let id = watcher.id;
         self.watchers.insert(id, watcher);
+        metrics::watchers_changed(1);
         self.outbox
             .send(WatchResponse {
                 header: self.outbox.header(current),
@@ -288,6 +299,7 @@ impl WatchStream {
         if self.watchers.remove(&watch_id).is_none() {
             return Ok(());
         }
+        metrics::watchers_changed(-1);
         let current = self.outbox.node.store().current_revision()?;
         self.outbox
             .send(WatchResponse {
@@ -343,6 +355,7 @@ impl WatchStream {
     /// Reads one page of history for the watchers behind, the first of which has
     /// everything through `through`.
     async fn catch_up(&mut self, through: i64) -> Result<(), Stop> {
+        metrics::watch_caught_up();
         let behind: Vec<Watcher> = self
             .watchers
             .values()
@@ -410,7 +423,9 @@ impl WatchStream {
             .map(|w| w.id)
             .collect();
         for watch_id in lost {
-            self.watchers.remove(&watch_id);
+            if self.watchers.remove(&watch_id).is_some() {
+                metrics::watchers_changed(-1);
+            }
             self.outbox
                 .send(WatchResponse {
                     header: self.outbox.header(current),

@@ -137,6 +137,8 @@ pub struct ClusterOptions {
     /// `ETCD_*` environment variable etcd reads for it, with an empty command line.
     /// Extra flags must then be written `--flag=value` (or `--flag` for `true`).
     pub flags_as_env: bool,
+    /// Give each member its own `--listen-metrics-urls` (see [`Cluster::metrics_url`]).
+    pub metrics_urls: bool,
 }
 
 /// The facts about one member that per-member flags are made of.
@@ -265,7 +267,15 @@ impl ClusterOptions {
             client_tls: None,
             ready: None,
             flags_as_env: false,
+            metrics_urls: false,
         }
+    }
+
+    /// Each member listens for metrics (and etcd's other HTTP endpoints) on a URL of
+    /// its own: the first of its spare ports.
+    pub fn metrics_urls(mut self) -> Self {
+        self.metrics_urls = true;
+        self
     }
 
     /// https client URLs, reached by the harness's clients with `tls`.
@@ -339,6 +349,8 @@ struct Member {
     log_path: PathBuf,
     child: Option<Child>,
     id: u64,
+    /// `--listen-metrics-urls`, if the cluster was started with metrics URLs.
+    metrics_url: Option<String>,
     /// Set for a member that joins a running cluster (`--initial-cluster-state
     /// existing`); `None` for the members the cluster started with.
     join: Option<Join>,
@@ -433,6 +445,10 @@ impl Cluster {
                 log_path,
                 child: None,
                 id: 0,
+                // The first of the member's spare ports (see `Cluster::member_spec`).
+                metrics_url: options
+                    .metrics_urls
+                    .then(|| format!("http://{ip}:{}", spare_ports(base_port, i)[0])),
                 join: None,
             });
         }
@@ -506,14 +522,13 @@ impl Cluster {
     /// Member `i`'s spec, as given to per-member flag functions.
     pub fn member_spec(&self, i: usize) -> MemberSpec {
         let client_port = self.base_port + 2 * i as u16;
-        let top = self.base_port + PORT_BLOCK as u16 - 1 - 2 * i as u16;
         MemberSpec {
             index: i,
             name: self.members[i].name.clone(),
             ip: self.ip,
             client_port,
             peer_port: client_port + 1,
-            spare_ports: [top, top - 1],
+            spare_ports: spare_ports(self.base_port, i),
             dir: self.members[i].dir.path().to_path_buf(),
         }
     }
@@ -529,6 +544,12 @@ impl Cluster {
 
     pub fn size(&self) -> usize {
         self.members.len()
+    }
+
+    /// Member `i`'s `--listen-metrics-urls`, when started with
+    /// [`ClusterOptions::metrics_urls`].
+    pub fn metrics_url(&self, i: usize) -> Option<String> {
+        self.members[i].metrics_url.clone()
     }
 
     /// The client URL of member `i`.
@@ -764,6 +785,9 @@ impl Cluster {
             flag("initial-cluster-state", state);
         }
         flag("initial-cluster-token", &self.token);
+        if let Some(url) = &m.metrics_url {
+            flag("listen-metrics-urls", url);
+        }
         let mut args = self.extra_args.clone();
         if let Some(member_args) = &self.member_args {
             args.extend((member_args.0)(&spec));
@@ -923,6 +947,7 @@ impl Cluster {
             log_path,
             child: None,
             id: 0,
+            metrics_url: None,
             join: None,
         });
         i
@@ -1345,6 +1370,13 @@ pub fn loopback_ip() -> Ipv4Addr {
     )
 }
 
+/// Member `i`'s two spare ports, counted down from the top of the cluster's port block
+/// so that members that join later keep taking pairs from the bottom.
+fn spare_ports(base_port: u16, i: usize) -> [u16; 2] {
+    let top = base_port + PORT_BLOCK as u16 - 1 - 2 * i as u16;
+    [top, top - 1]
+}
+
 fn allocate_addresses(members: usize) -> (Ipv4Addr, u16, String) {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     const BASE: u32 = 20_000;
@@ -1353,7 +1385,7 @@ fn allocate_addresses(members: usize) -> (Ipv4Addr, u16, String) {
     // client connections never hold a port a member will bind on restart.
     const BLOCKS: u32 = 600;
     assert!(
-        2 * members as u32 <= BLOCK,
+        (4 * members) as u32 <= BLOCK,
         "too many members for one port block"
     );
     let pid = std::process::id();
@@ -1361,7 +1393,10 @@ fn allocate_addresses(members: usize) -> (Ipv4Addr, u16, String) {
     for _ in 0..BLOCKS {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let base = BASE + (n % BLOCKS) * BLOCK;
+        // Each member's client and peer ports from the bottom, its spare ports (see
+        // `spare_ports`) from the top.
         let free = (0..2 * members as u32)
+            .chain((0..2 * members as u32).map(|i| BLOCK - 1 - i))
             .all(|k| TcpListener::bind(SocketAddrV4::new(ip, (base + k) as u16)).is_ok());
         if free {
             return (ip, base as u16, format!("qk-e2e-{pid}-{n}"));

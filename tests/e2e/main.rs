@@ -3,6 +3,7 @@
 
 mod certs;
 mod harness;
+mod prometheus_text;
 mod raw;
 
 mod bench_tool;
@@ -20,6 +21,7 @@ mod kv_range;
 mod kv_txn;
 mod lease;
 mod membership;
+mod metrics;
 mod quantykube_surface;
 mod request_limits;
 mod revisions;

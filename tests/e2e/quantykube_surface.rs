@@ -71,13 +71,13 @@ async fn an_etcd_flag_not_implemented_yet_is_refused_by_name() {
     if quantykube().is_none() {
         return;
     }
-    let (code, _, stderr) = run(&["--cert-file", "/x.pem"], &[]).await;
+    let (code, _, stderr) = run(&["--wal-dir", "/wal"], &[]).await;
     assert_ne!(code, 0);
-    assert!(stderr.contains("--cert-file"), "{stderr}");
+    assert!(stderr.contains("--wal-dir"), "{stderr}");
     assert!(stderr.contains("not implement"), "{stderr}");
-    let (code, _, stderr) = run(&[], &[("ETCD_CERT_FILE", "/x.pem")]).await;
+    let (code, _, stderr) = run(&[], &[("ETCD_WAL_DIR", "/wal")]).await;
     assert_ne!(code, 0);
-    assert!(stderr.contains("ETCD_CERT_FILE"), "{stderr}");
+    assert!(stderr.contains("ETCD_WAL_DIR"), "{stderr}");
     // A flag that is not etcd's at all is a usage error.
     let (code, _, stderr) = run(&["--no-such-flag"], &[]).await;
     assert_ne!(code, 0);

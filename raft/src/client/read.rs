@@ -19,6 +19,7 @@ use super::read_rounds::WaitingRead;
 use super::{with_timeout, Attempt, Pause, RaftClient, ReadError, Route};
 use crate::channels::{is_connect_failure, Lane};
 use crate::codec;
+use crate::metrics;
 use crate::pb;
 use crate::types::{LogId, Member, NodeId, TypeConfig};
 
@@ -30,6 +31,14 @@ where
     /// this call: the leader confirms it still leads with a quorum (ReadIndex) and this
     /// node applies up to the leader's read index. Gives up after the request timeout.
     pub async fn read_barrier(&self) -> Result<(), ReadError> {
+        let fenced = self.read_index_then_apply().await;
+        if fenced.is_err() {
+            metrics::read_index_failed();
+        }
+        fenced
+    }
+
+    async fn read_index_then_apply(&self) -> Result<(), ReadError> {
         let deadline = self.deadline();
         let mut redirect = None;
         loop {
@@ -75,7 +84,10 @@ where
         .await
         {
             Err(_) => Attempt::Failed(ReadError::Timeout),
-            Ok(Ok(linearizer)) => Attempt::Done(linearizer),
+            Ok(Ok(linearizer)) => {
+                metrics::read_index_local();
+                Attempt::Done(linearizer)
+            }
             Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(to)))) => {
                 Attempt::Retry {
                     tried,
@@ -133,6 +145,7 @@ where
                 .read_index_remotely(leader, &member, self.deadline())
                 .await;
             tracing::trace!(reads = round.len(), leader, "read-index round done");
+            metrics::read_index_round(round.len());
             for read in round {
                 let _ = read.answer.send(attempt.clone());
             }

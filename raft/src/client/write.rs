@@ -11,6 +11,7 @@ use tonic::Code;
 
 use super::forward::Delivery;
 use super::{Attempt, Pause, RaftClient, Route, WriteError};
+use crate::metrics;
 use crate::types::{Command, CommandOutcome, Member, NodeId, TypeConfig};
 
 impl<SM> RaftClient<SM>
@@ -22,6 +23,16 @@ where
     /// On a follower the command is forwarded to the leader; the caller never sees "not
     /// leader". Gives up after the request timeout.
     pub async fn write(&self, cmd: Command) -> Result<CommandOutcome, WriteError> {
+        // etcd's proposal gauges count on the member that took the request, as here.
+        let _pending = metrics::PendingProposal::start();
+        let written = self.write_through_leader(cmd).await;
+        if written.is_err() {
+            metrics::proposal_failed();
+        }
+        written
+    }
+
+    async fn write_through_leader(&self, cmd: Command) -> Result<CommandOutcome, WriteError> {
         let deadline = self.deadline();
         let mut redirect = None;
         loop {
@@ -107,6 +118,7 @@ where
             }
             Err(_) => return not_sent,
         };
+        metrics::write_forwarded();
         let delivery = match stream.send(cmd.0.clone()) {
             Some(answer) => match tokio::time::timeout_at(deadline, answer).await {
                 // A writer dropped without an answer was never handed to the stream.

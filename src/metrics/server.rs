@@ -1,0 +1,188 @@
+//! etcd's `etcd_server_*` metrics that the server crate sees: leadership, commit and
+//! apply progress, identity, version and quota, and lease expiries.
+//!
+//! Proposals pending and failed are counted where proposals are made, in the raft
+//! crate's client (`quantykube_raft::metrics`). Leadership gauges follow raft's metrics
+//! watch channel on one task; `has_leader` is `probes::has_leader`, sampled by the
+//! member's health probe (`api::health`): the same answer `/health` gives, a leader
+//! that heard from a quorum within an election timeout.
+
+use std::sync::LazyLock;
+
+use openraft::async_runtime::WatchReceiver;
+use prometheus::core::Collector;
+use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
+use quantykube_raft::{NodeId, TypeConfig};
+
+fn gauge(name: &str, help: &str) -> IntGauge {
+    IntGauge::with_opts(Opts::new(name, help)).unwrap_or_else(|e| malformed(name, e))
+}
+
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::with_opts(Opts::new(name, help)).unwrap_or_else(|e| malformed(name, e))
+}
+
+fn labelled_gauge(name: &str, help: &str, label: &str) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), &[label]).unwrap_or_else(|e| malformed(name, e))
+}
+
+/// Metric options are constants of this module, all rendered by its unit tests: an
+/// invalid one is a programming error caught before release, never a runtime state.
+pub(crate) fn malformed(name: &str, e: prometheus::Error) -> ! {
+    panic!("metric {name} is malformed: {e}")
+}
+
+static HAS_LEADER: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "etcd_server_has_leader",
+        "Whether or not a leader exists. 1 is existence, 0 is not.",
+    )
+});
+static IS_LEADER: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "etcd_server_is_leader",
+        "Whether or not this member is a leader. 1 if is, 0 otherwise.",
+    )
+});
+static IS_LEARNER: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "etcd_server_is_learner",
+        "Whether or not this member is a learner. 1 if is, 0 otherwise.",
+    )
+});
+static LEADER_CHANGES: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "etcd_server_leader_changes_seen_total",
+        "The number of leader changes seen.",
+    )
+});
+// etcd declares both as gauges (set to raft's commit and applied index), despite the
+// `_total` suffix; dashboards rate() them all the same.
+static PROPOSALS_COMMITTED: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "etcd_server_proposals_committed_total",
+        "The total number of consensus proposals committed.",
+    )
+});
+static PROPOSALS_APPLIED: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "etcd_server_proposals_applied_total",
+        "The total number of consensus proposals applied.",
+    )
+});
+static QUOTA_BACKEND_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "etcd_server_quota_backend_bytes",
+        "Current backend storage quota size in bytes.",
+    )
+});
+static SERVER_ID: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    labelled_gauge(
+        "etcd_server_id",
+        "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.",
+        "server_id",
+    )
+});
+static VERSION: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    labelled_gauge(
+        "etcd_server_version",
+        "Which version is running. 1 for 'server_version' label with current version.",
+        "server_version",
+    )
+});
+static LEASE_EXPIRED: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "etcd_debugging_server_lease_expired_total",
+        "The total number of expired leases.",
+    )
+});
+
+pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
+    let collectors: [Box<dyn Collector>; 10] = [
+        Box::new(HAS_LEADER.clone()),
+        Box::new(IS_LEADER.clone()),
+        Box::new(IS_LEARNER.clone()),
+        Box::new(LEADER_CHANGES.clone()),
+        Box::new(PROPOSALS_COMMITTED.clone()),
+        Box::new(PROPOSALS_APPLIED.clone()),
+        Box::new(QUOTA_BACKEND_BYTES.clone()),
+        Box::new(SERVER_ID.clone()),
+        Box::new(VERSION.clone()),
+        Box::new(LEASE_EXPIRED.clone()),
+    ];
+    for collector in collectors {
+        registry.register(collector)?;
+    }
+    Ok(())
+}
+
+/// Whether this member knows a leader that holds a quorum (`probes::has_leader`).
+pub fn set_has_leader(has_leader: bool) {
+    HAS_LEADER.set(i64::from(has_leader));
+}
+
+/// A lease ran out and its revocation was applied (counted by the leader's lessor).
+pub fn lease_expired() {
+    LEASE_EXPIRED.inc();
+}
+
+/// This member's identity series: its id in hex, its version, and the quota it
+/// enforces (0 when disabled, as etcd leaves it).
+pub(super) fn describe(id: NodeId, version: &str, quota: Option<u64>) {
+    SERVER_ID.reset();
+    SERVER_ID
+        .with_label_values(&[&quantykube_raft::metrics::peer_label(id)])
+        .set(1);
+    VERSION.reset();
+    VERSION.with_label_values(&[version]).set(1);
+    QUOTA_BACKEND_BYTES.set(quota.map_or(0, |q| i64::try_from(q).unwrap_or(i64::MAX)));
+}
+
+/// What the raft-derived gauges hold, and how the leader-change count moves.
+#[derive(Default)]
+pub(super) struct RaftView {
+    leader: Option<NodeId>,
+}
+
+impl RaftView {
+    /// Sets the gauges from one metrics snapshot. A change counts, as etcd counts it,
+    /// whenever a leader becomes known that is not the one last known (so losing the
+    /// leader and finding the same one again counts once more).
+    pub(super) fn update(&mut self, id: NodeId, metrics: &openraft::RaftMetrics<TypeConfig>) {
+        if metrics.current_leader.is_some() && metrics.current_leader != self.leader {
+            LEADER_CHANGES.inc();
+        }
+        self.leader = metrics.current_leader;
+        let leads = metrics.current_leader == Some(id) && metrics.state.is_leader();
+        IS_LEADER.set(i64::from(leads));
+        let learner = metrics
+            .membership_config
+            .membership()
+            .learner_ids()
+            .any(|learner| learner == id);
+        IS_LEARNER.set(i64::from(learner));
+        let index = |log_id: Option<&quantykube_raft::LogId>| {
+            log_id.map_or(0, |l| i64::try_from(l.index).unwrap_or(i64::MAX))
+        };
+        PROPOSALS_COMMITTED.set(index(metrics.local_committed.as_ref()));
+        PROPOSALS_APPLIED.set(index(metrics.last_applied.as_ref()));
+    }
+}
+
+/// Follows raft's metrics until raft stops.
+pub(super) async fn follow_raft(
+    id: NodeId,
+    mut metrics: openraft::type_config::alias::WatchReceiverOf<
+        TypeConfig,
+        openraft::RaftMetrics<TypeConfig>,
+    >,
+) {
+    let mut view = RaftView::default();
+    loop {
+        let current = metrics.borrow_watched().clone();
+        view.update(id, &current);
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}

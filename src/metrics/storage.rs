@@ -1,0 +1,149 @@
+//! etcd's disk and mvcc metrics: backend commit latency, database sizes, key count and
+//! revisions, and the watch gauges, plus QuantyKube's watch catch-up count.
+//!
+//! Sizes, key count and revisions are read from the store when scraped (RocksDB
+//! properties and the `meta` counters, no scan), from the store of the member that
+//! started last in this process.
+
+use std::sync::{Arc, LazyLock, RwLock, Weak};
+use std::time::Duration;
+
+use prometheus::core::Collector;
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Opts, PullingGauge, Registry};
+
+use super::server::malformed;
+use crate::store::RevisionStore;
+
+static BACKEND_COMMIT: LazyLock<Histogram> = LazyLock::new(|| {
+    let name = "etcd_disk_backend_commit_duration_seconds";
+    Histogram::with_opts(
+        HistogramOpts::new(
+            name,
+            "The latency distributions of commit called by backend.",
+        )
+        .buckets(quantykube_raft::metrics::disk_buckets()),
+    )
+    .unwrap_or_else(|e| malformed(name, e))
+});
+
+static WATCH_STREAMS: LazyLock<IntGauge> = LazyLock::new(|| {
+    let name = "etcd_debugging_mvcc_watch_stream_total";
+    IntGauge::with_opts(Opts::new(name, "Total number of watch streams."))
+        .unwrap_or_else(|e| malformed(name, e))
+});
+
+static WATCHERS: LazyLock<IntGauge> = LazyLock::new(|| {
+    let name = "etcd_debugging_mvcc_watcher_total";
+    IntGauge::with_opts(Opts::new(name, "Total number of watchers."))
+        .unwrap_or_else(|e| malformed(name, e))
+});
+
+static WATCH_CATCH_UPS: LazyLock<IntCounter> = LazyLock::new(|| {
+    let name = "quantykube_watch_catch_up_pages_total";
+    IntCounter::with_opts(Opts::new(
+        name,
+        "Pages of history read for watchers behind the live feed (new watches from a past revision, and slow watchers moved back to catching up).",
+    ))
+    .unwrap_or_else(|e| malformed(name, e))
+});
+
+/// The store the scrape-time gauges read; weak, so that a stopped member's store closes.
+static STORE: RwLock<Option<Weak<RevisionStore>>> = RwLock::new(None);
+
+/// Reads `value` from the observed store at scrape time; 0 while there is none.
+fn from_store(value: fn(&RevisionStore) -> u64) -> Box<dyn Fn() -> f64 + Send + Sync> {
+    Box::new(move || {
+        let store = STORE
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(Weak::upgrade);
+        store.map_or(0.0, |store| value(&store) as f64)
+    })
+}
+
+fn pulled(
+    name: &str,
+    help: &str,
+    value: fn(&RevisionStore) -> u64,
+) -> prometheus::Result<PullingGauge> {
+    PullingGauge::new(name, help, from_store(value))
+}
+
+fn revision(value: Result<i64, crate::store::StoreError>) -> u64 {
+    value.ok().and_then(|r| u64::try_from(r).ok()).unwrap_or(0)
+}
+
+pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
+    let collectors: Vec<Box<dyn Collector>> = vec![
+        Box::new(BACKEND_COMMIT.clone()),
+        Box::new(WATCH_STREAMS.clone()),
+        Box::new(WATCHERS.clone()),
+        Box::new(WATCH_CATCH_UPS.clone()),
+        Box::new(pulled(
+            "etcd_mvcc_db_total_size_in_bytes",
+            "Total size of the underlying database physically allocated in bytes.",
+            RevisionStore::approximate_size,
+        )?),
+        Box::new(pulled(
+            "etcd_mvcc_db_total_size_in_use_in_bytes",
+            "Total size of the underlying database logically in use in bytes.",
+            RevisionStore::approximate_live_size,
+        )?),
+        Box::new(pulled(
+            "etcd_debugging_mvcc_keys_total",
+            "Total number of keys.",
+            RevisionStore::estimated_key_count,
+        )?),
+        Box::new(pulled(
+            "etcd_debugging_mvcc_current_revision",
+            "The current revision of store.",
+            |store| revision(store.current_revision()),
+        )?),
+        Box::new(pulled(
+            "etcd_debugging_mvcc_compact_revision",
+            "The revision of the last compaction in store.",
+            |store| revision(store.compacted_revision()),
+        )?),
+    ];
+    for collector in collectors {
+        registry.register(collector)?;
+    }
+    Ok(())
+}
+
+/// The store scrape-time gauges read from now on.
+pub(super) fn observe_store(store: &Arc<RevisionStore>) {
+    *STORE.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(store));
+}
+
+/// One write of an applied batch to the store took `elapsed` (etcd's bbolt commit).
+pub fn backend_committed(elapsed: Duration) {
+    BACKEND_COMMIT.observe(elapsed.as_secs_f64());
+}
+
+/// Counts one watch stream while it is served.
+pub struct WatchStreamGauge(());
+
+impl WatchStreamGauge {
+    pub fn open() -> Self {
+        WATCH_STREAMS.inc();
+        WatchStreamGauge(())
+    }
+}
+
+impl Drop for WatchStreamGauge {
+    fn drop(&mut self) {
+        WATCH_STREAMS.dec();
+    }
+}
+
+/// `n` watchers were created (positive) or ended (negative).
+pub fn watchers_changed(n: i64) {
+    WATCHERS.add(n);
+}
+
+/// One page of history was read for watchers catching up.
+pub fn watch_caught_up() {
+    WATCH_CATCH_UPS.inc();
+}
