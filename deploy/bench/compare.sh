@@ -9,6 +9,9 @@
 #        QUICK=1 deploy/bench/compare.sh    # 3-second runs and 20 000 keys: a smoke run
 #        SYSTEMS="quantykube" deploy/bench/compare.sh   # one system (keeps the other's JSON)
 #        RUNS="put-1 put-100" deploy/bench/compare.sh   # only these runs ("rss" for the 1 M keys)
+#        TLS=1 deploy/bench/compare.sh      # client and peer mTLS on both systems, the same
+#                                           # certificates; results in $OUT (default
+#                                           # /var/tmp/qk-bench-results-tls), docs not rendered
 # Writes go to the leader (--target-leader) and reads to every member, as in etcd's
 # performance documentation (op-guide/performance.md).
 # Needs: etcd (deploy/local/install-deps.sh); builds the release binary itself.
@@ -16,8 +19,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ./deploy/local/install-deps.sh
 QK=${QK:-$(./deploy/bench/build-release.sh)}
-OUT=${OUT:-/var/tmp/qk-bench-results}
+if [ -n "${TLS:-}" ]; then OUT=${OUT:-/var/tmp/qk-bench-results-tls}; else OUT=${OUT:-/var/tmp/qk-bench-results}; fi
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-compare.XXXXXX")
+# With TLS=1, one CA and certificate for both systems (members.sh makes them once).
+TLS_DIR=$WORK/tls
 SYSTEMS=${SYSTEMS:-"etcd quantykube"}
 if [ -n "${QUICK:-}" ]; then DURATION=3s; RSS_KEYS=20000; else DURATION=${DURATION:-20s}; RSS_KEYS=1000000; fi
 mkdir -p "$OUT"
@@ -53,7 +58,7 @@ bench() { # $1 = system, $2 = run name, rest = bench arguments
   wanted "$run" || [ "$run" = preload ] || return 0
   echo "  $run: quantykube bench $*" >&2
   before=$(cpu_ticks)
-  "$QK" bench "$@" --endpoints "$ENDPOINTS" --output json >"$OUT/$system-$run.json" \
+  "$QK" bench "$@" --endpoints "$ENDPOINTS" "${BENCH_TLS[@]}" --output json >"$OUT/$system-$run.json" \
     2>"$OUT/$system-$run.err" || echo "  ($run exited with $?; see $OUT/$system-$run.err)" >&2
   # The servers' CPU seconds during the run: with the cores saturated, CPU per
   # operation is what bounds throughput.
@@ -107,6 +112,11 @@ for system in $SYSTEMS; do
   stop_cluster
 done
 
+if [ -n "${TLS:-}" ]; then
+  # docs/benchmarks.md's tables are the plaintext runs; TLS results must not replace them.
+  echo "TLS results in $OUT; docs/benchmarks.md left alone" >&2
+  exit 0
+fi
 python3 deploy/bench/render-report.py "$OUT" <docs/benchmarks.md >docs/benchmarks.md.new
 mv docs/benchmarks.md.new docs/benchmarks.md
 echo "wrote docs/benchmarks.md (raw results in $OUT)" >&2

@@ -9,11 +9,13 @@
 #        PERF=1 deploy/bench/one-run.sh                # + perf record of all members
 #        TOTAL=400000 deploy/bench/one-run.sh          # load that many distinct keys instead
 #        SERVER=$(command -v etcd) deploy/bench/one-run.sh   # the same against etcd
+#        TLS=1 deploy/bench/one-run.sh                # client and peer mTLS (members.sh)
 # Env: QK (bench client and, unless SERVER is set, the server; default the release
 #      build), SERVER, WORKLOAD (put | txn-cas | range-l), DURATION (20s),
 #      BENCHFLAGS (extra bench flags), PREWRITE (e.g. 40s of put x10 first), TOTAL, PERF (writes $PERF_DATA, default /var/tmp/qk-perf.data; PERF_FREQ, and
 #      PERF_CALL_GRAPH=dwarf for stacks through code built without frame pointers), QKFLAGS (extra
-#      server flags). Writes go to the leader, as in compare.sh.
+#      server flags), TLS (1: mutual TLS everywhere, certificates made in the run's dir).
+#      Writes go to the leader, as in compare.sh.
 set -euo pipefail
 QK=${QK:-${CARGO_TARGET_DIR:-/var/tmp/quantykube-target}/release/quantykube}
 DURATION=${DURATION:-20s}
@@ -30,7 +32,7 @@ start_members "${SERVER:-$QK}" "$WORK" one-run --quota-backend-bytes 8589934592 
   { echo "the cluster did not start; logs in $WORK" >&2; exit 1; }
 
 # shellcheck disable=SC2206 # BENCHFLAGS is a list of flags
-common=(--key-size 8 --val-size 256 --clients 100 --conns 10 --endpoints "$ENDPOINTS" --output json ${BENCHFLAGS:-})
+common=(--key-size 8 --val-size 256 --clients 100 --conns 10 --endpoints "$ENDPOINTS" "${BENCH_TLS[@]}" --output json ${BENCHFLAGS:-})
 case $WORKLOAD in
   put)
     if [ -n "${TOTAL:-}" ]; then amount=(--total "$TOTAL" --sequential-keys --key-space-size "$TOTAL")
@@ -49,7 +51,7 @@ esac
 if [ -n "${PREWRITE:-}" ]; then
   # The store as compare.sh's put x100 finds it: written for a while by fewer clients.
   "$QK" bench put --duration "$PREWRITE" --key-space-size 100000 --target-leader --clients 10 \
-    --key-size 8 --val-size 256 --conns 10 --endpoints "$ENDPOINTS" --output json >/dev/null
+    --key-size 8 --val-size 256 --conns 10 --endpoints "$ENDPOINTS" "${BENCH_TLS[@]}" --output json >/dev/null
 fi
 
 perf_pid=""

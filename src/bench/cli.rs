@@ -5,6 +5,7 @@
 //! start a runtime or print; [`BenchCli::validate`] only returns what is wrong.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -29,7 +30,8 @@ Examples:
   quantykube bench put --total 20000 --clients 100 --conns 10
   quantykube bench --endpoints 127.0.0.1:2379,127.0.0.1:22379 --target-leader put --duration 30s --rate 2000
   quantykube bench range --consistency s --key-space-size 1000 --total 50000 --clients 50
-  quantykube bench txn-cas --key-space-size 100 --clients 32 --output json";
+  quantykube bench txn-cas --key-space-size 100 --clients 32 --output json
+  quantykube bench --endpoints https://127.0.0.1:2379 --cacert ca.pem --cert client.pem --key client-key.pem put";
 
 /// `quantykube bench`: load an etcd v3 API endpoint (QuantyKube or etcd) and report
 /// throughput, latency percentiles and errors.
@@ -50,7 +52,10 @@ pub struct BenchCli {
 /// Flags every workload understands.
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct GlobalArgs {
-    /// Endpoints to load, comma separated: host:port or http://host:port.
+    /// Endpoints to load, comma separated: host:port, http://host:port or
+    /// https://host:port. As in etcd's client, https:// is always TLS, http:// never,
+    /// and host:port is TLS when a TLS flag (--cacert, --cert, --key,
+    /// --insecure-skip-tls-verify) is given.
     #[arg(
         long,
         global = true,
@@ -118,6 +123,43 @@ pub struct GlobalArgs {
     /// Timeout of each request; a request without an answer by then counts as an error.
     #[arg(long, global = true, default_value = "10s", value_name = "DURATION")]
     pub request_timeout: DurationArg,
+
+    /// Verify certificates of TLS-enabled servers using this CA bundle (PEM). Needed
+    /// for https:// unless --insecure-skip-tls-verify: the system's CA store is not read.
+    #[arg(long = "cacert", global = true, value_name = "FILE")]
+    pub cacert_file: Option<PathBuf>,
+
+    /// Identify the client to TLS servers with this certificate (PEM; needs --key).
+    #[arg(long = "cert", global = true, value_name = "FILE")]
+    pub cert_file: Option<PathBuf>,
+
+    /// The private key of --cert (PEM).
+    #[arg(long = "key", global = true, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+
+    /// Skip server certificate verification (CA, name and expiry); the handshake's
+    /// signatures are still checked. For testing only.
+    #[arg(long, global = true)]
+    pub insecure_skip_tls_verify: bool,
+}
+
+impl GlobalArgs {
+    /// True if any TLS flag is given: host:port endpoints then use TLS, as etcd's
+    /// client does when it has a TLS configuration.
+    pub fn tls_requested(&self) -> bool {
+        self.cacert_file.is_some()
+            || self.cert_file.is_some()
+            || self.key_file.is_some()
+            || self.insecure_skip_tls_verify
+    }
+
+    /// The endpoints as given, trimmed, empty entries dropped.
+    pub fn endpoint_list(&self) -> impl Iterator<Item = &str> {
+        self.endpoints
+            .iter()
+            .map(|e| e.trim())
+            .filter(|e| !e.is_empty())
+    }
 }
 
 /// The workload to run, with its own flags.
@@ -307,16 +349,26 @@ impl BenchCli {
     /// key space, flags that do not apply to the workload.
     pub fn validate(&self) -> Result<(), String> {
         let g = &self.global;
-        if g.endpoints.iter().all(|e| e.trim().is_empty()) {
+        if g.endpoint_list().next().is_none() {
             return Err("--endpoints: at least one endpoint is needed".into());
         }
-        for endpoint in g
-            .endpoints
-            .iter()
-            .map(|e| e.trim())
-            .filter(|e| !e.is_empty())
-        {
-            super::conn::normalise(endpoint).map_err(|e| e.to_string())?;
+        if g.cert_file.is_some() != g.key_file.is_some() {
+            return Err("--cert and --key go together: give both or neither".into());
+        }
+        let can_verify = g.cacert_file.is_some() || g.insecure_skip_tls_verify;
+        for endpoint in g.endpoint_list() {
+            let url =
+                super::conn::normalise(endpoint, g.tls_requested()).map_err(|e| e.to_string())?;
+            // etcd's client would verify against the system's CA store; this build has
+            // none (tonic's rustls without native roots), so say what to give instead
+            // of failing every handshake.
+            if url.starts_with("https://") && !can_verify {
+                return Err(format!(
+                    "endpoint {endpoint} uses TLS: give --cacert FILE (the CA that signed \
+                     the server's certificate) or --insecure-skip-tls-verify; \
+                     quantykube bench does not read the system's CA store"
+                ));
+            }
         }
         positive("--conns", g.conns as u64)?;
         positive("--clients", g.clients as u64)?;
@@ -474,6 +526,84 @@ mod tests {
         assert!(cli.validate().unwrap_err().contains("--read-ratio"));
         let cli = parse(&["watch", "--rate", "10"]).expect("parses");
         assert!(cli.validate().unwrap_err().contains("--put-rate"));
+    }
+
+    #[test]
+    fn tls_flags_have_etcds_names() {
+        let cli = parse(&[
+            "--cacert",
+            "/certs/ca.pem",
+            "put",
+            "--cert",
+            "/certs/client.pem",
+            "--key",
+            "/certs/client-key.pem",
+            "--insecure-skip-tls-verify",
+        ])
+        .expect("parses");
+        let g = &cli.global;
+        assert_eq!(g.cacert_file, Some(PathBuf::from("/certs/ca.pem")));
+        assert_eq!(g.cert_file, Some(PathBuf::from("/certs/client.pem")));
+        assert_eq!(g.key_file, Some(PathBuf::from("/certs/client-key.pem")));
+        assert!(g.insecure_skip_tls_verify);
+        assert!(g.tls_requested());
+        assert!(cli.validate().is_ok());
+        let plain = parse(&["put"]).expect("parses");
+        assert!(!plain.global.tls_requested());
+    }
+
+    #[test]
+    fn tls_key_flag_and_range_key_argument_coexist() {
+        // range's positional KEY and the global --key are different arguments.
+        let cli =
+            parse(&["range", "00000001", "--key", "k.pem", "--cert", "c.pem"]).expect("parses");
+        assert_eq!(cli.global.key_file, Some(PathBuf::from("k.pem")));
+        match &cli.workload {
+            WorkloadArgs::Range(args) => assert_eq!(args.key.as_deref(), Some("00000001")),
+            other => panic!("parsed as {}", other.name()),
+        }
+    }
+
+    #[test]
+    fn tls_flag_checks() {
+        let cli = parse(&["put", "--cert", "c.pem"]).expect("parses");
+        assert!(cli.validate().unwrap_err().contains("--key"));
+        let cli = parse(&["put", "--key", "k.pem"]).expect("parses");
+        assert!(cli.validate().unwrap_err().contains("--cert"));
+        // https:// needs something to verify the server with.
+        let cli = parse(&["put", "--endpoints", "https://127.0.0.1:2379"]).expect("parses");
+        assert!(cli.validate().unwrap_err().contains("--cacert"));
+        let cli = parse(&[
+            "put",
+            "--endpoints",
+            "https://127.0.0.1:2379",
+            "--cert",
+            "c.pem",
+            "--key",
+            "k.pem",
+        ])
+        .expect("parses");
+        assert!(cli.validate().unwrap_err().contains("--cacert"));
+        let cli = parse(&[
+            "put",
+            "--endpoints",
+            "https://127.0.0.1:2379,127.0.0.1:22379",
+            "--cacert",
+            "ca.pem",
+        ])
+        .expect("parses");
+        assert!(cli.validate().is_ok());
+        let cli = parse(&[
+            "put",
+            "--endpoints",
+            "https://127.0.0.1:2379",
+            "--insecure-skip-tls-verify",
+        ])
+        .expect("parses");
+        assert!(cli.validate().is_ok());
+        // A bare address becomes https:// with a TLS flag, so it needs a CA too.
+        let cli = parse(&["put", "--cert", "c.pem", "--key", "k.pem"]).expect("parses");
+        assert!(cli.validate().unwrap_err().contains("--cacert"));
     }
 
     #[test]

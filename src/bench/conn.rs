@@ -3,10 +3,12 @@
 //! `--conns` connections are opened lazily (the first request connects, so an endpoint
 //! that is down shows up as counted `Unavailable` errors, not as a hang) and spread
 //! round-robin over the endpoints, or all to the leader with `--target-leader`. Client
-//! `i` uses connection `i % conns`. This module owns endpoint syntax, the connection
-//! settings (dial and request timeouts, message size limits) and the leader lookup. It
+//! `i` uses connection `i % conns`. This module owns endpoint syntax (and so which
+//! endpoints use TLS), the connection settings (dial and request timeouts, message size
+//! limits, the TLS configuration of `https://` endpoints) and the leader lookup. It
 //! must never retry or count a workload's requests.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -14,6 +16,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::cli::GlobalArgs;
 use super::error::{code_name, BenchError};
+use super::tls::ClientTls;
 use crate::proto::etcdserverpb::kv_client::KvClient;
 use crate::proto::etcdserverpb::lease_client::LeaseClient;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
@@ -38,24 +41,31 @@ pub struct Connections {
 impl Connections {
     /// Opens `--conns` lazy connections, after finding the leader if asked to.
     pub async fn open(args: &GlobalArgs) -> Result<Connections, BenchError> {
+        let tls = args.tls_requested();
         let endpoints = args
-            .endpoints
-            .iter()
-            .map(|e| e.trim())
-            .filter(|e| !e.is_empty())
-            .map(normalise)
+            .endpoint_list()
+            .map(|e| normalise(e, tls))
             .collect::<Result<Vec<_>, _>>()?;
         if endpoints.is_empty() || args.conns == 0 {
             return Err(BenchError::Usage(
                 "at least one endpoint and one connection are needed".into(),
             ));
         }
+        if tls {
+            for url in endpoints.iter().filter(|url| url.starts_with("http://")) {
+                tracing::warn!(
+                    "endpoint {url}: plaintext (http://), as in etcd's client: the TLS flags \
+                     apply to https:// and host:port endpoints"
+                );
+            }
+        }
         let settings = Settings {
             dial_timeout: args.dial_timeout.0,
             request_timeout: args.request_timeout.0,
+            tls: ClientTls::from_args(args)?.map(Arc::new),
         };
         let leader = if args.target_leader {
-            Some(find_leader(&endpoints, settings).await?)
+            Some(find_leader(&endpoints, &settings).await?)
         } else {
             None
         };
@@ -73,7 +83,7 @@ impl Connections {
         })
     }
 
-    /// The endpoints, normalised to `http://host:port`.
+    /// The endpoints, normalised to `http://host:port` or `https://host:port`.
     pub fn endpoints(&self) -> &[String] {
         &self.endpoints
     }
@@ -101,10 +111,12 @@ impl Connections {
     }
 }
 
-#[derive(Clone, Copy)]
 struct Settings {
     dial_timeout: Duration,
     request_timeout: Duration,
+    /// What `https://` endpoints use; `None` without TLS flags (validate() then has
+    /// refused https:// endpoints).
+    tls: Option<Arc<ClientTls>>,
 }
 
 impl Settings {
@@ -116,25 +128,41 @@ impl Settings {
             .connect_timeout(self.dial_timeout)
             .timeout(self.request_timeout)
             .tcp_nodelay(true);
+        let endpoint = match (&self.tls, url.starts_with("https://")) {
+            (Some(tls), true) => tls.apply(endpoint, url)?,
+            (None, true) => {
+                return Err(BenchError::Usage(format!(
+                    "endpoint {url} uses TLS: give --cacert FILE or --insecure-skip-tls-verify"
+                )))
+            }
+            (_, false) => endpoint,
+        };
         Ok(endpoint.connect_lazy())
     }
 }
 
-/// `host:port` or `http://host:port` as `http://host:port`.
-pub fn normalise(endpoint: &str) -> Result<String, BenchError> {
-    let url = if let Some(rest) = endpoint.strip_prefix("http://") {
-        format!("http://{}", rest.trim_end_matches('/'))
-    } else if endpoint.starts_with("https://") || endpoint.starts_with("unixs://") {
-        return Err(BenchError::Usage(format!(
-            "endpoint {endpoint}: TLS is not supported by quantykube bench yet; use http://"
-        )));
-    } else if endpoint.contains("://") {
-        return Err(BenchError::Usage(format!(
-            "endpoint {endpoint}: expected host:port or http://host:port"
-        )));
-    } else {
-        format!("http://{}", endpoint.trim_end_matches('/'))
+/// `http://host:port`, `https://host:port` or `host:port` as a URL. A bare `host:port`
+/// is `https://` when `tls` (a TLS flag is given) and `http://` otherwise, as etcd's
+/// client treats an address without a scheme; an explicit scheme is kept either way.
+pub fn normalise(endpoint: &str, tls: bool) -> Result<String, BenchError> {
+    let expected = || {
+        BenchError::Usage(format!(
+            "endpoint {endpoint}: expected host:port, http://host:port or https://host:port"
+        ))
     };
+    let (scheme, rest) = match endpoint.split_once("://") {
+        Some(("http", rest)) => ("http", rest),
+        Some(("https", rest)) => ("https", rest),
+        Some(("unix" | "unixs", _)) => {
+            return Err(BenchError::Usage(format!(
+                "endpoint {endpoint}: unix sockets are not supported by quantykube bench"
+            )))
+        }
+        Some(_) => return Err(expected()),
+        None if tls => ("https", endpoint),
+        None => ("http", endpoint),
+    };
+    let url = format!("{scheme}://{}", rest.trim_end_matches('/'));
     let uri: http::Uri = url
         .parse()
         .map_err(|e| BenchError::Usage(format!("endpoint {endpoint}: {e}")))?;
@@ -142,15 +170,13 @@ pub fn normalise(endpoint: &str) -> Result<String, BenchError> {
         Some(authority) if authority.port_u16().is_some() && !authority.host().is_empty() => {
             Ok(url)
         }
-        _ => Err(BenchError::Usage(format!(
-            "endpoint {endpoint}: expected host:port or http://host:port"
-        ))),
+        _ => Err(expected()),
     }
 }
 
 /// The endpoint whose Maintenance.Status reports itself as leader (`leader ==
 /// header.member_id`), asking every endpoint until one does or the lookup times out.
-async fn find_leader(endpoints: &[String], settings: Settings) -> Result<String, BenchError> {
+async fn find_leader(endpoints: &[String], settings: &Settings) -> Result<String, BenchError> {
     let deadline = Instant::now() + LEADER_LOOKUP_TIMEOUT;
     let mut channels = Vec::with_capacity(endpoints.len());
     for url in endpoints {
@@ -193,16 +219,36 @@ mod tests {
 
     #[test]
     fn endpoints_are_normalised() {
+        let plain = |e: &str| normalise(e, false).map_err(|e| e.to_string());
+        assert_eq!(plain("127.0.0.1:2379").unwrap(), "http://127.0.0.1:2379");
         assert_eq!(
-            normalise("127.0.0.1:2379").unwrap(),
-            "http://127.0.0.1:2379"
-        );
-        assert_eq!(
-            normalise("http://localhost:2379/").unwrap(),
+            plain("http://localhost:2379/").unwrap(),
             "http://localhost:2379"
         );
-        assert!(normalise("https://127.0.0.1:2379").is_err());
-        assert!(normalise("127.0.0.1").is_err());
-        assert!(normalise("unix://x").is_err());
+        assert_eq!(
+            plain("https://127.0.0.1:2379").unwrap(),
+            "https://127.0.0.1:2379"
+        );
+        assert!(plain("127.0.0.1").is_err());
+        assert!(plain("https://127.0.0.1").is_err());
+        assert!(plain("ftp://127.0.0.1:2379").is_err());
+        assert!(plain("unix://x").unwrap_err().contains("unix sockets"));
+        assert!(plain("unixs://x").unwrap_err().contains("unix sockets"));
+    }
+
+    #[test]
+    fn tls_flags_make_bare_addresses_https_and_keep_schemes() {
+        let tls = |e: &str| normalise(e, true).map_err(|e| e.to_string());
+        assert_eq!(tls("127.0.0.1:2379").unwrap(), "https://127.0.0.1:2379");
+        assert_eq!(tls("localhost:2379/").unwrap(), "https://localhost:2379");
+        assert_eq!(
+            tls("https://127.0.0.1:12379").unwrap(),
+            "https://127.0.0.1:12379"
+        );
+        // etcd's client drops TLS for an explicit http://.
+        assert_eq!(
+            tls("http://127.0.0.1:2379").unwrap(),
+            "http://127.0.0.1:2379"
+        );
     }
 }

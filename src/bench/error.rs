@@ -54,6 +54,10 @@ pub enum BenchError {
     /// A flag value that cannot work; reported like a usage error.
     #[error("{0}")]
     Usage(String),
+    /// A TLS file that cannot be read or used, or a TLS configuration tonic refuses;
+    /// the message names the flag and the file.
+    #[error("bad TLS configuration: {0}")]
+    Tls(String),
     /// No endpoint answered `Maintenance.Status` as the leader.
     #[error("--target-leader: no leader found among the endpoints: {0}")]
     NoLeader(String),

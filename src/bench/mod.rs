@@ -10,6 +10,7 @@
 //! The parts, each owning one thing:
 //! - [`cli`]: the flags and their checks;
 //! - [`conn`]: connections and leader discovery;
+//! - [`tls`]: the TLS flags' files and configuration;
 //! - [`driver`]: closed and open loop scheduling, stop conditions, progress bar;
 //! - [`recorder`]: latency histograms and error counts;
 //! - [`report`]: the text and JSON report;
@@ -30,6 +31,7 @@ mod error;
 mod keys;
 mod recorder;
 mod report;
+mod tls;
 mod workloads;
 
 use std::ffi::OsString;

@@ -1,0 +1,336 @@
+//! TLS for `quantykube bench`: etcd's benchmark flags `--cacert`, `--cert`, `--key` and
+//! `--insecure-skip-tls-verify`, read once into the client configuration every
+//! `https://` connection uses.
+//!
+//! This module owns reading and checking the PEM files (so that a missing or bad file
+//! is named before any connection is tried, not found as a handshake failure on every
+//! request) and the verifier of `--insecure-skip-tls-verify`. It must never decide
+//! which endpoints use TLS: [`super::conn`] does, from the endpoint's scheme.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+use super::cli::GlobalArgs;
+use super::error::BenchError;
+
+/// The client side of TLS, as the flags ask for it.
+#[derive(Clone)]
+pub struct ClientTls {
+    config: ClientTlsConfig,
+    /// With `--insecure-skip-tls-verify`: replaces the CA check.
+    verifier: Option<Arc<dyn ServerCertVerifier>>,
+}
+
+impl ClientTls {
+    /// The TLS configuration the flags describe, or `None` if no TLS flag is given.
+    /// Reads and checks every file named: the CA bundle must hold at least one usable
+    /// CA certificate, the key must be the private key of `--cert`.
+    pub fn from_args(args: &GlobalArgs) -> Result<Option<ClientTls>, BenchError> {
+        if !args.tls_requested() {
+            return Ok(None);
+        }
+        // tonic builds its rustls configs with the process's default provider; ring is
+        // the only one compiled in, and installing it twice (or after another part of
+        // the process did) is harmless, so the error is ignored.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let provider = rustls::crypto::ring::default_provider();
+
+        let mut config = ClientTlsConfig::new();
+        if let Some(path) = &args.cacert_file {
+            let pem = read("--cacert", path)?;
+            check_ca_bundle(path, &pem)?;
+            // With --insecure-skip-tls-verify the verifier replaces the CA check (as Go's
+            // InsecureSkipVerify ignores RootCAs), and tonic refuses both at once; the
+            // bundle is still read above so that a wrong path is not silently accepted.
+            if !args.insecure_skip_tls_verify {
+                config = config.ca_certificate(Certificate::from_pem(pem));
+            }
+        }
+        match (&args.cert_file, &args.key_file) {
+            (Some(cert_path), Some(key_path)) => {
+                let cert_pem = read("--cert", cert_path)?;
+                let key_pem = read("--key", key_path)?;
+                check_key_pair(cert_path, &cert_pem, key_path, &key_pem, &provider)?;
+                config = config.identity(Identity::from_pem(cert_pem, key_pem));
+            }
+            (None, None) => {}
+            // validate() refuses this; kept as an error rather than a panic.
+            _ => return Err(BenchError::Usage("--cert and --key go together".into())),
+        }
+        let verifier = args.insecure_skip_tls_verify.then(|| {
+            Arc::new(AnyServerCertificate {
+                algorithms: provider.signature_verification_algorithms,
+            }) as Arc<dyn ServerCertVerifier>
+        });
+        Ok(Some(ClientTls { config, verifier }))
+    }
+
+    /// `endpoint` (an `https://` one) with this configuration.
+    pub fn apply(&self, endpoint: Endpoint, url: &str) -> Result<Endpoint, BenchError> {
+        let config = self.config.clone();
+        match &self.verifier {
+            Some(verifier) => endpoint.tls_config_with_verifier(config, verifier.clone()),
+            None => endpoint.tls_config(config),
+        }
+        .map_err(|e| BenchError::Tls(format!("endpoint {url}: {}", error_chain(&e))))
+    }
+}
+
+fn read(flag: &str, path: &Path) -> Result<Vec<u8>, BenchError> {
+    std::fs::read(path)
+        .map_err(|e| BenchError::Tls(format!("{flag} {}: cannot read: {e}", path.display())))
+}
+
+/// At least one certificate, and each one usable as a trust anchor.
+fn check_ca_bundle(path: &Path, pem: &[u8]) -> Result<(), BenchError> {
+    let bad = |what: String| BenchError::Tls(format!("--cacert {}: {what}", path.display()));
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| bad(format!("not a PEM certificate bundle: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| bad(format!("not a usable CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(bad(
+            "no PEM certificate (BEGIN CERTIFICATE) in the file".into()
+        ));
+    }
+    Ok(())
+}
+
+/// `--cert` holds a certificate chain, `--key` a private key, and the key is the
+/// certificate's: a mismatch would otherwise show only as the server refusing every
+/// handshake.
+fn check_key_pair(
+    cert_path: &Path,
+    cert_pem: &[u8],
+    key_path: &Path,
+    key_pem: &[u8],
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<(), BenchError> {
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            BenchError::Tls(format!(
+                "--cert {}: not a PEM certificate: {e}",
+                cert_path.display()
+            ))
+        })?;
+    if certs.is_empty() {
+        return Err(BenchError::Tls(format!(
+            "--cert {}: no PEM certificate (BEGIN CERTIFICATE) in the file",
+            cert_path.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| {
+        BenchError::Tls(format!(
+            "--key {}: no usable PEM private key: {e}",
+            key_path.display()
+        ))
+    })?;
+    rustls::sign::CertifiedKey::from_der(certs, key, provider).map_err(|e| {
+        BenchError::Tls(format!(
+            "--key {} does not go with --cert {}: {e}",
+            key_path.display(),
+            cert_path.display()
+        ))
+    })?;
+    Ok(())
+}
+
+/// `--insecure-skip-tls-verify`: any server certificate is accepted (no CA, name or
+/// expiry check), but the handshake signatures are still checked, so the server must
+/// hold the private key of the certificate it shows and the session keys are its.
+#[derive(Debug)]
+struct AnyServerCertificate {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for AnyServerCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// An error and its sources, `: `-separated (tonic's transport errors say only
+/// "transport error" at the top).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn args(extra: &[&str]) -> GlobalArgs {
+        use clap::Parser;
+        let cli = super::super::cli::BenchCli::try_parse_from(
+            ["quantykube bench", "put"].iter().chain(extra.iter()),
+        )
+        .expect("parses");
+        cli.global
+    }
+
+    // A throwaway self-signed P-256 CA certificate (valid until 2126), its key, and an
+    // unrelated key; made with openssl for these tests only.
+    const CERT: &str = "-----BEGIN CERTIFICATE-----\n\
+MIIBiDCCAS2gAwIBAgIUX0WlPPiF11Mg3Jp8Wn+FpDPRHfYwCgYIKoZIzj0EAwIw\n\
+GDEWMBQGA1UEAwwNYmVuY2gtdGVzdC1jYTAgFw0yNjEyMDExMjQ2MDJaGA8yMTI2\n\
+MTEwNzEyNDYwMlowGDEWMBQGA1UEAwwNYmVuY2gtdGVzdC1jYTBZMBMGByqGSM49\n\
+AgEGCCqGSM49AwEHA0IABNODOVLqPN8iJbBDg6u2uZJW9mwhXowqf4QSqJ4//xWQ\n\
+oZyi1ZmZ+/AOr3fe+hoq412aaImDHBLVkScLzMS2KWSjUzBRMB0GA1UdDgQWBBRg\n\
+euDfj/1VV7mDFLmcidV2pFmIjDAfBgNVHSMEGDAWgBRgeuDfj/1VV7mDFLmcidV2\n\
+pFmIjDAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0kAMEYCIQCQNEJLnSt/\n\
+dNJyY/rnVZMG1NgSsq87WsM+ctZSHm/RAwIhAOt5KDcJn7eoH6P3rQuXr/aoebXK\n\
+/qfS1jZsLH40HG1b\n\
+-----END CERTIFICATE-----";
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----\n\
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgf0D/NuoYtc3QSYBN\n\
+dQy9jx/UZ8f8+w/VIgt9FK4DUwShRANCAATTgzlS6jzfIiWwQ4OrtrmSVvZsIV6M\n\
+Kn+EEqieP/8VkKGcotWZmfvwDq933voaKuNdmmiJgxwS1ZEnC8zEtilk\n\
+-----END PRIVATE KEY-----";
+    const OTHER_KEY: &str = "-----BEGIN PRIVATE KEY-----\n\
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgj9wKZFHrAMbxsruJ\n\
+Qk2i7OeDC3F88CJaB0PaynyVUAahRANCAASsjjdhcg4xQEyXFMbE3P1ZqrBddFia\n\
+weJASO1dC7IBnxrvECFxHomrlWMaRySHoZoG4y3K+CSXmppAz8rHrqr4\n\
+-----END PRIVATE KEY-----";
+
+    fn write(dir: &Path, name: &str, text: &str) -> String {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write");
+        path.to_str().expect("utf-8 temp dir").to_owned()
+    }
+
+    fn missing() -> PathBuf {
+        std::env::temp_dir().join("quantykube-bench-tls-test-no-such-file.pem")
+    }
+
+    #[test]
+    fn no_flags_no_tls() {
+        assert!(ClientTls::from_args(&args(&[]))
+            .expect("no files")
+            .is_none());
+    }
+
+    #[test]
+    fn errors_name_the_missing_file() {
+        let path = missing();
+        let path = path.to_str().expect("utf-8 temp dir");
+        let error = ClientTls::from_args(&args(&["--cacert", path]))
+            .err()
+            .expect("missing CA")
+            .to_string();
+        assert!(
+            error.contains("--cacert") && error.contains(path),
+            "{error}"
+        );
+        let error = ClientTls::from_args(&args(&["--cert", path, "--key", path]))
+            .err()
+            .expect("missing cert")
+            .to_string();
+        assert!(error.contains("--cert") && error.contains(path), "{error}");
+    }
+
+    #[test]
+    fn a_file_without_pem_is_named() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("ca.pem");
+        std::fs::write(&path, "not a certificate\n").expect("write");
+        let path = path.to_str().expect("utf-8 temp dir");
+        let error = ClientTls::from_args(&args(&["--cacert", path]))
+            .err()
+            .expect("bad CA")
+            .to_string();
+        assert!(
+            error.contains(path) && error.contains("no PEM certificate"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn good_files_load_and_a_foreign_key_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cert = write(dir.path(), "cert.pem", CERT);
+        let key = write(dir.path(), "key.pem", KEY);
+        let other = write(dir.path(), "other-key.pem", OTHER_KEY);
+        let tls = ClientTls::from_args(&args(&["--cacert", &cert, "--cert", &cert, "--key", &key]))
+            .expect("good files")
+            .expect("TLS");
+        assert!(tls.verifier.is_none());
+        let endpoint = Endpoint::from_static("https://127.0.0.1:2379");
+        assert!(tls.apply(endpoint, "https://127.0.0.1:2379").is_ok());
+
+        let error = ClientTls::from_args(&args(&[
+            "--cacert", &cert, "--cert", &cert, "--key", &other,
+        ]))
+        .err()
+        .expect("foreign key")
+        .to_string();
+        assert!(
+            error.contains(&other) && error.contains(&cert) && error.contains("does not go with"),
+            "{error}"
+        );
+        // A certificate where the key should be.
+        let error =
+            ClientTls::from_args(&args(&["--cacert", &cert, "--cert", &cert, "--key", &cert]))
+                .err()
+                .expect("no key")
+                .to_string();
+        assert!(error.contains("--key") && error.contains(&cert), "{error}");
+    }
+
+    #[test]
+    fn insecure_skip_verify_alone_is_tls() {
+        let tls = ClientTls::from_args(&args(&["--insecure-skip-tls-verify"]))
+            .expect("no files")
+            .expect("TLS");
+        assert!(tls.verifier.is_some());
+        let endpoint = Endpoint::from_static("https://127.0.0.1:2379");
+        assert!(tls.apply(endpoint, "https://127.0.0.1:2379").is_ok());
+    }
+}
