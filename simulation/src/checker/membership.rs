@@ -8,7 +8,7 @@
 //!
 //! | property | violated when |
 //! |---|---|
-//! | `member-list-agreement` | two members still in the cluster report different member lists (ids, peer URLs, learner flags), or one does not answer |
+//! | `member-list-agreement` | two members still in the cluster report different member lists (ids, peer URLs, learner flags), or one does not answer (a learner refuses MemberList, as in etcd: the others must list it as a learner) |
 //! | `membership-settled` | the agreed list contradicts an acknowledged change (a member whose removal was acknowledged is still listed, one whose addition was acknowledged is missing, an acknowledged promotion left a learner, an acknowledged MemberUpdate's peer URL is not there), a listed member never started, or the list is not exactly the members the cluster counts: what a configuration left joint, or a change lost, shows through MemberList |
 //! | `removed-member-served` | a member answered a linearizable read that was sent after its removal was acknowledged |
 //! | `removed-member-acked` | a member acknowledged a write (Put, Delete, Txn, Compact, LeaseGrant, LeaseRevoke) that was sent after its removal was acknowledged |
@@ -71,7 +71,14 @@ pub fn check_membership(
 /// The one list every member reports.
 fn agreed_list(facts: &MembershipFacts) -> Result<Vec<ListedMember>, Violation> {
     let mut agreed: Option<(&str, Vec<Compared>)> = None;
+    let mut learners = Vec::new();
     for (name, list) in &facts.lists {
+        if list.as_ref().is_err_and(|e| refused_as_learner(e)) {
+            // A learner serves no MemberList (etcd's rule): the others' lists must
+            // show it as a learner, checked below.
+            learners.push(name);
+            continue;
+        }
         let list = list.as_ref().map_err(|error| {
             Violation::new(
                 "member-list-agreement",
@@ -107,6 +114,16 @@ fn agreed_list(facts: &MembershipFacts) -> Result<Vec<ListedMember>, Violation> 
         .and_then(|(_, l)| l.as_ref().ok())
         .cloned()
         .unwrap_or_default();
+    for learner in learners {
+        if !list.iter().any(|m| &m.name == learner && m.is_learner) {
+            return Err(Violation::new(
+                "member-list-agreement",
+                format!(
+                    "{learner} refused MemberList as a learner, but {name} does not list it as one"
+                ),
+            ));
+        }
+    }
     Ok(list)
 }
 
@@ -294,16 +311,25 @@ pub async fn await_member_lists(
         for (name, url) in members {
             lists.push((name.clone(), member_list(&mut clients, name, url).await));
         }
-        let agreed = lists.iter().all(|(_, l)| l.is_ok())
-            && lists.windows(2).all(|w| match (&w[0].1, &w[1].1) {
-                (Ok(a), Ok(b)) => compared(a) == compared(b),
-                _ => false,
-            });
+        // Learners answer no MemberList; the voters' lists must agree.
+        let answered: Vec<&Vec<ListedMember>> =
+            lists.iter().filter_map(|(_, l)| l.as_ref().ok()).collect();
+        let agreed = lists.iter().all(|(_, l)| match l {
+            Ok(_) => true,
+            Err(error) => refused_as_learner(error),
+        }) && answered
+            .windows(2)
+            .all(|w| compared(w[0]) == compared(w[1]));
         if agreed || tokio::time::Instant::now() >= deadline {
             return lists;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// etcd's refusal of an RPC a learner does not serve.
+fn refused_as_learner(error: &str) -> bool {
+    error.contains("rpc not supported for learner")
 }
 
 async fn member_list(
@@ -442,6 +468,31 @@ mod tests {
         };
         assert_eq!(
             properties(&check_membership(&log(vec![]), &[], &silent)),
+            vec!["member-list-agreement"]
+        );
+    }
+
+    #[test]
+    fn a_learner_refusing_member_list_is_checked_against_the_others_lists() {
+        let refused =
+            || Err("status: FailedPrecondition, etcdserver: rpc not supported for learner".into());
+        let as_learner = vec![member(1, false), member(2, false), member(3, true)];
+        let facts = MembershipFacts {
+            lists: vec![
+                ("n1".into(), Ok(as_learner.clone())),
+                ("n2".into(), Ok(as_learner)),
+                ("n3".into(), refused()),
+            ],
+            still_running: Vec::new(),
+        };
+        assert_eq!(check_membership(&log(vec![]), &[], &facts), vec![]);
+        let as_voter = vec![member(1, false), member(2, false), member(3, false)];
+        let facts = MembershipFacts {
+            lists: vec![("n1".into(), Ok(as_voter)), ("n3".into(), refused())],
+            still_running: Vec::new(),
+        };
+        assert_eq!(
+            properties(&check_membership(&log(vec![]), &[], &facts)),
             vec!["member-list-agreement"]
         );
     }
