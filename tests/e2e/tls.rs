@@ -185,6 +185,43 @@ async fn tls_three_members_mutual_tls_put_get_etcdctl() {
     try_get(&cluster.endpoint(2), Some(&healthcheck))
         .await
         .expect("healthcheck-client reads");
+    // Requests a follower relays to the leader's https client URL (QuantyKube relays
+    // lease requests; etcd forwards them over its peer URLs): granted on a follower,
+    // seen everywhere.
+    let leader = cluster.leader_index().await;
+    let follower = (leader + 1) % 3;
+    let mut on_follower = cluster.client(follower).await;
+    let lease = on_follower
+        .lease_grant(60, None)
+        .await
+        .expect("lease grant on a follower over mTLS");
+    let ttl = cluster
+        .client(leader)
+        .await
+        .lease_time_to_live(lease.id(), None)
+        .await
+        .expect("lease ttl on the leader");
+    assert!(ttl.ttl() > 0, "the granted lease lives: {ttl:?}");
+    on_follower
+        .lease_keep_alive(lease.id())
+        .await
+        .expect("keepalive stream on a follower");
+    // etcdctl 3.4's per-endpoint commands with https endpoints.
+    let out = cluster.etcdctl(&["endpoint", "status", "-w", "json"]).await;
+    out.assert_success();
+    for i in 0..3 {
+        assert!(
+            out.stdout.contains(&cluster.endpoint(i)),
+            "endpoint status lacks member {i}:\n{}",
+            out.stdout
+        );
+    }
+    let target_id = format!("{:x}", cluster.member_id(follower));
+    let out = cluster
+        .etcdctl_on(leader, &["move-leader", &target_id])
+        .await;
+    out.assert_success();
+    assert_eq!(cluster.wait_leader(Duration::from_secs(20)).await, follower);
 }
 
 #[tokio::test]
