@@ -186,8 +186,7 @@ async fn tls_three_members_mutual_tls_put_get_etcdctl() {
         .await
         .expect("healthcheck-client reads");
     // Requests a follower relays to the leader's https client URL (QuantyKube relays
-    // lease requests; etcd forwards them over its peer URLs): granted on a follower,
-    // seen everywhere.
+    // LeaseTimeToLive and LeaseKeepAlive; etcd forwards them over its peer URLs).
     let leader = cluster.leader_index().await;
     let follower = (leader + 1) % 3;
     let mut on_follower = cluster.client(follower).await;
@@ -195,12 +194,10 @@ async fn tls_three_members_mutual_tls_put_get_etcdctl() {
         .lease_grant(60, None)
         .await
         .expect("lease grant on a follower over mTLS");
-    let ttl = cluster
-        .client(leader)
-        .await
+    let ttl = on_follower
         .lease_time_to_live(lease.id(), None)
         .await
-        .expect("lease ttl on the leader");
+        .expect("lease ttl on a follower (relayed to the leader)");
     assert!(ttl.ttl() > 0, "the granted lease lives: {ttl:?}");
     on_follower
         .lease_keep_alive(lease.id())
@@ -741,4 +738,50 @@ async fn tls_startup_errors_exit_non_zero_naming_the_file() {
             missing_ca.display()
         ),
     }
+}
+
+/// `--client-cert-file`/`--client-key-file` (etcd 3.5+; 3.4 lacks them): the identity a
+/// member presents to another member's client URL. With a certificate of a foreign CA
+/// there, the leader refuses the followers' relayed requests, which shows the flag is
+/// what they present; the leader's own requests are unaffected.
+#[tokio::test]
+async fn tls_client_cert_file_is_what_members_present_to_each_other() {
+    if Target::from_env() == Target::Etcd {
+        eprintln!("skipped for etcd 3.4: it has no --client-cert-file");
+        return;
+    }
+    let pki = Pki::new(loopback_ip());
+    let (foreign_cert, foreign_key) = pki.pair("foreign-client");
+    let cluster = mtls_cluster(&pki, 3)
+        .arg(format!("--client-cert-file={}", foreign_cert.display()))
+        .arg(format!("--client-key-file={}", foreign_key.display()))
+        .start()
+        .await;
+    let leader = cluster.leader_index().await;
+    let follower = (leader + 1) % 3;
+    let offset = cluster.log_len(leader);
+    let lease = cluster
+        .client(leader)
+        .await
+        .lease_grant(60, None)
+        .await
+        .expect("the leader grants a lease itself");
+    // A follower relays LeaseTimeToLive to the leader's client URL.
+    let relayed = cluster
+        .client(follower)
+        .await
+        .lease_time_to_live(lease.id(), None)
+        .await;
+    assert!(
+        relayed.is_err(),
+        "a follower presenting a foreign certificate was served: {relayed:?}"
+    );
+    assert_logged(
+        &cluster,
+        leader,
+        offset,
+        &["rejected connection", "unknown issuer"],
+        "the relayed request's certificate",
+    )
+    .await;
 }
