@@ -319,6 +319,98 @@ mod tests {
         assert!(!facts.valid_for("127.0.0.2"));
     }
 
+    fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = dir.join(name);
+        fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    fn self_signed(name: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn malformed_and_mismatched_files_are_named_in_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = rustls::crypto::ring::default_provider();
+        let (cert_a, key_a) = self_signed("a.example");
+        let (_, key_b) = self_signed("b.example");
+        let cert = write(dir.path(), "a.crt", cert_a.as_bytes());
+        let key = write(dir.path(), "a.key", key_a.as_bytes());
+        let other_key = write(dir.path(), "b.key", key_b.as_bytes());
+        let garbage = write(
+            dir.path(),
+            "garbage.pem",
+            b"-----BEGIN CERTIFICATE-----\n!!!\n",
+        );
+        let empty = write(dir.path(), "empty.pem", b"");
+        assert!(load_certified_key(&cert, &key, &provider).is_ok());
+        let mismatch = load_certified_key(&cert, &other_key, &provider).unwrap_err();
+        assert!(
+            matches!(mismatch, TransportError::KeyMismatch { .. }),
+            "{mismatch}"
+        );
+        assert!(mismatch.to_string().contains("b.key"), "{mismatch}");
+        for bad in [&garbage, &empty] {
+            let error = load_certified_key(bad, &key, &provider).unwrap_err();
+            assert!(
+                error.to_string().contains(&*bad.to_string_lossy()),
+                "{error}"
+            );
+        }
+        // A certificate is not a key, and a key's text never reaches the message.
+        let error = load_certified_key(&cert, &cert, &provider).unwrap_err();
+        assert!(
+            error.to_string().contains("holds no PEM private key"),
+            "{error}"
+        );
+        let error = load_certified_key(&key, &key, &provider).unwrap_err();
+        assert!(!error.to_string().contains("PRIVATE KEY-----"), "{error}");
+        let missing = dir.path().join("missing.crt");
+        let error = load_certified_key(&missing, &key, &provider).unwrap_err();
+        assert!(matches!(error, TransportError::Read { .. }), "{error}");
+        // Revocation lists: garbage in either encoding is an error naming the file.
+        for bad in [&garbage, &cert] {
+            let error = revoked_serials(bad).unwrap_err();
+            assert!(
+                error.to_string().contains(&*bad.to_string_lossy()),
+                "{error}"
+            );
+        }
+        let der = write(dir.path(), "garbage.crl", &[0x30, 0x03, 0x02, 0x01]);
+        assert!(revoked_serials(&der).is_err());
+    }
+
+    #[test]
+    fn a_rotation_to_unusable_files_keeps_the_previous_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let (cert_a, key_a) = self_signed("a.example");
+        let cert = write(dir.path(), "tls.crt", cert_a.as_bytes());
+        let key = write(dir.path(), "tls.key", key_a.as_bytes());
+        let reloading = ReloadingCert::open(&cert, &key, provider).unwrap();
+        let first = reloading.current();
+        // Half a rotation: a new certificate, the old key.
+        let (cert_b, key_b) = self_signed("b.example");
+        fs::write(&cert, cert_b.as_bytes()).unwrap();
+        assert_eq!(
+            reloading.current().cert,
+            first.cert,
+            "kept while mismatched"
+        );
+        // The rotation completes: the new pair is served.
+        fs::write(&key, key_b.as_bytes()).unwrap();
+        let rotated = reloading.current();
+        assert_ne!(rotated.cert, first.cert);
+        let facts = CertificateFacts::parse(&rotated.cert[0]).unwrap();
+        assert!(facts.valid_for("b.example"));
+    }
+
     #[test]
     fn times_print_as_utc() {
         assert_eq!(time_text(0), "1970-01-01T00:00:00Z");
