@@ -10,11 +10,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, WebPkiSupportedAlgorithms};
+use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::RootCertStore;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use super::cli::GlobalArgs;
@@ -64,11 +63,11 @@ impl ClientTls {
             // validate() refuses this; kept as an error rather than a panic.
             _ => return Err(BenchError::Usage("--cert and --key go together".into())),
         }
-        let verifier = args.insecure_skip_tls_verify.then(|| {
-            Arc::new(AnyServerCertificate {
-                algorithms: provider.signature_verification_algorithms,
-            }) as Arc<dyn ServerCertVerifier>
-        });
+        // Any server certificate, its handshake signatures still checked (the
+        // transport's auto-TLS verifier: Go's InsecureSkipVerify).
+        let verifier = args
+            .insecure_skip_tls_verify
+            .then(|| crate::transport::accept_any_server(Arc::new(provider)));
         Ok(Some(ClientTls { config, verifier }))
     }
 
@@ -144,49 +143,6 @@ fn check_key_pair(
         ))
     })?;
     Ok(())
-}
-
-/// `--insecure-skip-tls-verify`: any server certificate is accepted (no CA, name or
-/// expiry check), but the handshake signatures are still checked, so the server must
-/// hold the private key of the certificate it shows and the session keys are its.
-#[derive(Debug)]
-struct AnyServerCertificate {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for AnyServerCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
 }
 
 /// An error and its sources, `: `-separated (tonic's transport errors say only

@@ -50,8 +50,14 @@ impl Query {
 
 /// Go's `http.Error`: the text and a newline, as plain text.
 pub(super) fn text_error(status: StatusCode, text: &str) -> Response<Body> {
-    let mut response = Response::new(Body::from(format!("{text}\n")));
+    let mut response = plain_text(format!("{text}\n"));
     *response.status_mut() = status;
+    response
+}
+
+/// A 200 plain-text body with the headers etcd's health handlers set.
+fn plain_text(body: String) -> Response<Body> {
+    let mut response = Response::new(Body::from(body));
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -221,15 +227,5 @@ pub async fn probe(
         body.push_str(&report);
     }
     body.push_str("ok\n");
-    let mut response = Response::new(Body::from(body));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(
-        "x-content-type-options",
-        header::HeaderValue::from_static("nosniff"),
-    );
-    response
+    plain_text(body)
 }

@@ -62,7 +62,7 @@ impl OutgoingTls {
         load_certified_key(&self.cert_file, &self.key_file, &self.provider)?;
         let identity = Identity::from_pem(read(&self.cert_file)?, read(&self.key_file)?);
         let verifier: Arc<dyn ServerCertVerifier> = if self.skip_verify {
-            Arc::new(AcceptAnyServer(self.provider.clone()))
+            accept_any_server(self.provider.clone())
         } else {
             let ca = self
                 .trusted_ca_file
@@ -115,9 +115,13 @@ impl Dialer for TlsDialer {
     }
 }
 
-/// Auto-TLS only: any server certificate is accepted, but its handshake signatures are
-/// still checked (the connection is encrypted, not authenticated), as Go's
-/// `InsecureSkipVerify`.
+/// Accepts any server certificate but still checks its handshake signatures (the
+/// connection is encrypted, not authenticated), as Go's `InsecureSkipVerify`: for
+/// auto-TLS members and `quantykube bench --insecure-skip-tls-verify`.
+pub fn accept_any_server(provider: Arc<CryptoProvider>) -> Arc<dyn ServerCertVerifier> {
+    Arc::new(AcceptAnyServer(provider))
+}
+
 #[derive(Debug)]
 struct AcceptAnyServer(Arc<CryptoProvider>);
 

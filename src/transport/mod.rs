@@ -29,7 +29,7 @@ use url::Url;
 
 use crate::config::{Config, TlsInfo};
 
-pub use dial::{OutgoingTls, TlsDialer};
+pub use dial::{accept_any_server, OutgoingTls, TlsDialer};
 pub use listen::{Connection, ConnectionInfo, Incoming, Listeners, ServerTls};
 
 /// Why a listener or a TLS configuration could not be set up. Every variant names the
