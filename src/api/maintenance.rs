@@ -1,7 +1,7 @@
-//! etcdserverpb.Maintenance: Status, Alarm (QuantyKube raises no alarms) and
-//! MoveLeader (on the leader; a follower relays it there, where etcd would answer
-//! `not leader`). The rest (Defragment, Hash, HashKV, Snapshot, Downgrade) answer
-//! Unimplemented.
+//! etcdserverpb.Maintenance: Status, Alarm (QuantyKube raises no alarms), MoveLeader
+//! (on the leader; a follower relays it there, where etcd would answer `not leader`),
+//! and Hash and HashKV of this member's store (`store::hash`), as etcd answers them
+//! locally. The rest (Defragment, Snapshot, Downgrade) answer Unimplemented.
 
 use std::sync::Arc;
 
@@ -14,9 +14,10 @@ use crate::proto::etcdserverpb::alarm_request::AlarmAction;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
 use crate::proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse, MoveLeaderRequest, MoveLeaderResponse, ResponseHeader,
-    StatusRequest, StatusResponse,
+    AlarmRequest, AlarmResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse,
+    MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, StatusRequest, StatusResponse,
 };
+use crate::store::{RevisionStore, StoreError};
 
 /// How long a leader transfer may take before etcd's timeout error.
 const MOVE_LEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -34,6 +35,22 @@ impl MaintenanceService {
 
     fn header(&self) -> Result<ResponseHeader, Status> {
         super::current_header(&self.node)
+    }
+
+    /// Reads the local store off the async workers: a hash walks all of it.
+    async fn read<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&RevisionStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let store = self.node.store().clone();
+        // No snapshot install rewrites the store while it is hashed.
+        let _readable = store.readable().await;
+        self.node
+            .offload()
+            .run(move || read(&store))
+            .await
+            .map_err(|e| status::internal("hash", &e))?
+            .map_err(status::from_store)
     }
 }
 
@@ -58,6 +75,28 @@ impl Maintenance for MaintenanceService {
             db_size_in_use: db_size,
             is_learner,
             ..Default::default()
+        }))
+    }
+
+    async fn hash(&self, _: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        let (hash, revision) = self.read(|store| store.hash_all()).await?;
+        Ok(Response::new(HashResponse {
+            header: Some(self.node.header_at(revision)),
+            hash,
+        }))
+    }
+
+    async fn hash_kv(
+        &self,
+        request: Request<HashKvRequest>,
+    ) -> Result<Response<HashKvResponse>, Status> {
+        let revision = request.get_ref().revision;
+        let hashed = self.read(move |store| store.hash_kv(revision)).await?;
+        Ok(Response::new(HashKvResponse {
+            header: Some(self.node.header_at(hashed.current)),
+            hash: hashed.hash,
+            compact_revision: hashed.compacted,
+            hash_revision: hashed.revision,
         }))
     }
 

@@ -15,6 +15,7 @@ mod encoding;
 mod error;
 mod events;
 mod feed;
+mod hash;
 mod latest;
 mod lease;
 mod meta;
@@ -22,6 +23,8 @@ mod range;
 mod snapshot;
 pub mod txn;
 mod write;
+
+pub use hash::KvHash;
 
 use std::sync::Arc;
 

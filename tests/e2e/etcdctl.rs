@@ -323,11 +323,9 @@ async fn etcdctl_move_leader_with_scheme_endpoints_moves_the_leader() {
     );
 }
 
-/// `endpoint hashkv` with scheme endpoints. Against etcd the whole result is checked:
-/// a hash per member, equal on all of them, that of the asked revision. QuantyKube
-/// answers HashKV `Unimplemented` until issue 15 lands it; until then this checks
-/// that each endpoint's request reaches QuantyKube and gets a gRPC answer (not a
-/// stream reset by its HTTP/2 layer, which was this command's failure before).
+/// `endpoint hashkv` with scheme endpoints, the whole result checked on both targets:
+/// a hash per member, equal on all of them, that of the asked revision (the requests
+/// once failed with a stream reset by QuantyKube's HTTP/2 layer).
 #[tokio::test]
 async fn etcdctl_endpoint_hashkv_with_scheme_endpoints_reaches_every_member() {
     let cluster = Cluster::start(3).await;
@@ -335,21 +333,6 @@ async fn etcdctl_endpoint_hashkv_with_scheme_endpoints_reaches_every_member() {
     cluster.etcdctl(&["put", "b", "2"]).await.assert_success(); // revision 3
 
     let out = cluster.etcdctl(&["endpoint", "hashkv", "-w", "json"]).await;
-    if cluster.target() == Target::Quantykube {
-        // QuantyKube's HashKV lands with issue 15; drop this branch then.
-        assert!(!out.success(), "{out:?}");
-        for i in 0..cluster.size() {
-            let expected = format!(
-                "Failed to get the hash of endpoint {} (rpc error: code = Unimplemented desc = \
-                 etcdserverpb.Maintenance/HashKV is not implemented by QuantyKube yet)",
-                cluster.endpoint(i)
-            );
-            assert!(out.stderr.contains(&expected), "{expected:?} in {out:?}");
-        }
-        assert!(!out.stderr.contains("PROTOCOL_ERROR"), "{out:?}");
-        return;
-    }
-
     let hashes = per_member_json(&cluster, &out.assert_success().stdout, "HashKV");
     let hash_at_3 = hashes[0]["hash"].as_u64().expect("hash");
     assert_ne!(hash_at_3, 0);

@@ -20,6 +20,7 @@ mod kv_put;
 mod kv_range;
 mod kv_txn;
 mod lease;
+mod maintenance_hash;
 mod membership;
 mod metrics;
 mod quantykube_surface;
