@@ -18,6 +18,7 @@ use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use super::cli::GlobalArgs;
 use super::error::BenchError;
+use crate::transport::error_chain;
 
 /// The client side of TLS, as the flags ask for it.
 #[derive(Clone)]
@@ -143,19 +144,6 @@ fn check_key_pair(
         ))
     })?;
     Ok(())
-}
-
-/// An error and its sources, `: `-separated (tonic's transport errors say only
-/// "transport error" at the top).
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

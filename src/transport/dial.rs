@@ -106,7 +106,15 @@ impl Dialer for TlsDialer {
             None => Err(TransportError::NoCertificate(endpoint.uri().to_string())),
         };
         match configured {
-            Ok(endpoint) => self.inner.dial(endpoint),
+            Ok(endpoint) => {
+                // The raft network logs a failed dial with its error's text: carry the
+                // TLS reason (say, a server certificate the CA does not verify) up to it.
+                let dial = self.inner.dial(endpoint);
+                Box::pin(async move {
+                    dial.await
+                        .map_err(|e| DialerError::from(super::error_chain(e.as_ref())))
+                })
+            }
             Err(error) => {
                 tracing::warn!(%error, "cannot dial over TLS");
                 Box::pin(async move { Err(DialerError::from(error)) })

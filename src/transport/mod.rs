@@ -64,6 +64,24 @@ pub enum TransportError {
     Dial(String),
 }
 
+/// An error and its sources, `: `-separated: tonic's transport errors say only
+/// "transport error" at the top, and the reason (an unknown issuer, an expired
+/// certificate, a refused connection) is further down.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        // An I/O error wrapping a TLS error says the same thing twice.
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// One side's TLS once auto-TLS has been applied.
 #[derive(Clone, Debug)]
 pub struct SideTls {

@@ -785,3 +785,45 @@ async fn tls_client_cert_file_is_what_members_present_to_each_other() {
     )
     .await;
 }
+
+/// A member whose peer CA does not verify the others' certificates cannot reach them,
+/// and its log says why (the reason, not only "transport error"), while the two
+/// members that trust each other serve.
+#[tokio::test]
+async fn tls_peer_ca_that_does_not_verify_is_named_in_the_log() {
+    let pki = Pki::new(loopback_ip());
+    let other_ca = pki.etcd("other-ca.crt");
+    let cluster = mtls_cluster(&pki, 3)
+        .member_args(move |m| {
+            if m.index == 2 {
+                vec![format!("--peer-trusted-ca-file={}", other_ca.display())]
+            } else {
+                Vec::new()
+            }
+        })
+        .ready(&[0, 1])
+        .start()
+        .await;
+    cluster
+        .client(0)
+        .await
+        .put("ca/a", "1", None)
+        .await
+        .expect("put on the two members that trust each other");
+    let words: &[&str] = match cluster.target() {
+        Target::Etcd => &["certificate signed by unknown authority"],
+        Target::Quantykube => &["invalid peer certificate", "unknownissuer"],
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = log_since(&cluster.log_path(2), 0).to_lowercase();
+        if text.lines().any(|l| words.iter().all(|w| l.contains(w))) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "member 2 never logged {words:?}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
