@@ -446,6 +446,9 @@ pub async fn serve<IO>(
 where
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
+    // Every metric is built now: a malformed one (a programming error) stops startup,
+    // never a request that would have recorded it.
+    crate::metrics::registry();
     let node = match start_member(&config, &environment).await {
         Ok(node) => node,
         Err(NodeError::Membership(MembershipError::Removed)) => {

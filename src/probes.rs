@@ -46,7 +46,8 @@ pub fn request_timeout(node: &Node) -> Duration {
 /// its leader within an election timeout, or a leader that heard from a quorum within
 /// one (etcd's check-quorum makes such a leader step down).
 pub fn has_leader(node: &Node) -> bool {
-    let metrics = node.raft().metrics().borrow_watched().clone();
+    let metrics = node.raft().metrics();
+    let metrics = metrics.borrow_watched();
     let Some(leader) = metrics.current_leader else {
         return false;
     };
@@ -63,7 +64,8 @@ pub fn has_leader(node: &Node) -> bool {
     }
     metrics
         .last_quorum_acked
-        .is_some_and(|acked| Instant::elapsed(&*acked) < node.election_timeout())
+        .as_ref()
+        .is_some_and(|acked| Instant::elapsed(&**acked) < node.election_timeout())
 }
 
 /// A read of this member's own store (etcd's serializable `Range` of one key).

@@ -28,17 +28,18 @@ pub fn disk_buckets() -> Vec<f64> {
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
-    IntCounter::with_opts(Opts::new(name, help)).unwrap_or_else(|e| unreachable_metric(name, e))
+    IntCounter::with_opts(Opts::new(name, help)).unwrap_or_else(|e| malformed(name, e))
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    IntCounterVec::new(Opts::new(name, help), labels)
-        .unwrap_or_else(|e| unreachable_metric(name, e))
+    IntCounterVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| malformed(name, e))
 }
 
-/// Metric options are constants of this file, checked by its tests: an invalid one is a
-/// programming error found before any release, never a runtime condition.
-fn unreachable_metric(name: &str, e: prometheus::Error) -> ! {
+/// Metric options are constants, checked by the unit tests: an invalid one is a
+/// programming error found before any release, never a runtime condition. Every metric
+/// is built when the registry is (`quantykube::metrics::registry`, forced before a
+/// member starts), so this can only ever stop startup, never a request.
+pub fn malformed(name: &str, e: prometheus::Error) -> ! {
     panic!("metric {name} is malformed: {e}")
 }
 
@@ -50,7 +51,7 @@ pub(crate) static WAL_FSYNC: LazyLock<Histogram> = LazyLock::new(|| {
         )
         .buckets(disk_buckets()),
     )
-    .unwrap_or_else(|e| unreachable_metric("etcd_disk_wal_fsync_duration_seconds", e))
+    .unwrap_or_else(|e| malformed("etcd_disk_wal_fsync_duration_seconds", e))
 });
 
 static PEER_RTT: LazyLock<HistogramVec> = LazyLock::new(|| {
@@ -63,7 +64,7 @@ static PEER_RTT: LazyLock<HistogramVec> = LazyLock::new(|| {
         .buckets(exponential_buckets(0.0001, 2.0, 16).unwrap_or_default()),
         &["To"],
     )
-    .unwrap_or_else(|e| unreachable_metric("etcd_network_peer_round_trip_time_seconds", e))
+    .unwrap_or_else(|e| malformed("etcd_network_peer_round_trip_time_seconds", e))
 });
 
 static PEER_SENT_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -95,7 +96,7 @@ pub(crate) static PROPOSALS_PENDING: LazyLock<IntGauge> = LazyLock::new(|| {
         "etcd_server_proposals_pending",
         "The current number of pending proposals to commit.",
     ))
-    .unwrap_or_else(|e| unreachable_metric("etcd_server_proposals_pending", e))
+    .unwrap_or_else(|e| malformed("etcd_server_proposals_pending", e))
 });
 
 pub(crate) static PROPOSALS_FAILED: LazyLock<IntCounter> = LazyLock::new(|| {

@@ -6,6 +6,8 @@
 //! `etcdctl endpoint health` makes with its linearizable read (`probes`).
 
 use std::sync::Arc;
+
+use openraft::async_runtime::WatchReceiver;
 use std::time::Duration;
 
 use tonic_health::server::HealthReporter;
@@ -13,10 +15,12 @@ use tonic_health::ServingStatus;
 
 use crate::node::Node;
 
-/// Probes every `period` while healthy, and ten times as often while not, so that a
-/// member that just found its leader reports it promptly.
+/// Probes every `period` while healthy; while not, ten times as often and at once
+/// whenever raft's state moves (a leader found, an entry applied), so that a member
+/// that just found its leader reports it promptly.
 pub async fn track(node: Arc<Node>, reporter: HealthReporter, period: Duration) {
     let mut last = None;
+    let mut raft_state = node.raft().metrics();
     loop {
         let serving = matches!(
             tokio::time::timeout(period, crate::probes::linearizable_read(&node)).await,
@@ -33,6 +37,18 @@ pub async fn track(node: Arc<Node>, reporter: HealthReporter, period: Duration) 
             last = Some(serving);
         }
         reporter.set_service_status("", status).await;
-        tokio::time::sleep(if serving { period } else { period / 10 }).await;
+        if serving {
+            tokio::time::sleep(period).await;
+        } else {
+            tokio::select! {
+                () = tokio::time::sleep(period / 10) => {}
+                changed = raft_state.changed() => {
+                    if changed.is_err() {
+                        // Raft stopped: nothing will change; keep the slow rhythm.
+                        tokio::time::sleep(period / 10).await;
+                    }
+                }
+            }
+        }
     }
 }

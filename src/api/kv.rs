@@ -17,7 +17,7 @@ use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
     PutResponse, RangeRequest, RangeResponse, ResponseHeader, TxnRequest, TxnResponse,
 };
-use crate::store::{txn as txn_rules, RevisionStore, StoreError};
+use crate::store::txn as txn_rules;
 
 /// A response whose header the store leaves at its revision and the API completes.
 trait Headed {
@@ -58,22 +58,6 @@ impl KvService {
         Response::new(response)
     }
 
-    /// Reads the local store off the async workers (a large range takes a while).
-    async fn read<T: Send + 'static>(
-        &self,
-        read: impl FnOnce(&RevisionStore) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, Status> {
-        let store = self.node.store().clone();
-        // No snapshot install rewrites the store while it is read.
-        let _readable = store.readable().await;
-        self.node
-            .offload()
-            .run(move || read(&store))
-            .await
-            .map_err(|e| status::internal("read", &e))?
-            .map_err(status::from_store)
-    }
-
     /// Proposes a write and takes the outcome it must produce.
     async fn write<T>(
         &self,
@@ -112,7 +96,7 @@ impl Kv for KvService {
             let _readable = self.node.store().readable().await;
             self.node.store().range(&req).map_err(status::from_store)?
         } else {
-            self.read(move |store| store.range(&req)).await?
+            super::read_store(&self.node, move |store| store.range(&req)).await?
         };
         Ok(self.respond(response))
     }
@@ -152,7 +136,7 @@ impl Kv for KvService {
             if !txn_rules::is_serializable(&req) {
                 self.node.read_barrier().await?;
             }
-            self.read(move |store| store.read_only_txn(&req)).await?
+            super::read_store(&self.node, move |store| store.read_only_txn(&req)).await?
         } else {
             self.write(CommandRequest::Txn(req), |o| match o {
                 Outcome::Txn(r) => Some(r),

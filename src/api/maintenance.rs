@@ -17,7 +17,6 @@ use crate::proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse,
     MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, StatusRequest, StatusResponse,
 };
-use crate::store::{RevisionStore, StoreError};
 
 /// How long a leader transfer may take before etcd's timeout error.
 const MOVE_LEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -35,22 +34,6 @@ impl MaintenanceService {
 
     fn header(&self) -> Result<ResponseHeader, Status> {
         super::current_header(&self.node)
-    }
-
-    /// Reads the local store off the async workers: a hash walks all of it.
-    async fn read<T: Send + 'static>(
-        &self,
-        read: impl FnOnce(&RevisionStore) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, Status> {
-        let store = self.node.store().clone();
-        // No snapshot install rewrites the store while it is hashed.
-        let _readable = store.readable().await;
-        self.node
-            .offload()
-            .run(move || read(&store))
-            .await
-            .map_err(|e| status::internal("hash", &e))?
-            .map_err(status::from_store)
     }
 }
 
@@ -79,7 +62,7 @@ impl Maintenance for MaintenanceService {
     }
 
     async fn hash(&self, _: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
-        let (hash, revision) = self.read(|store| store.hash_all()).await?;
+        let (hash, revision) = super::read_store(&self.node, |store| store.hash_all()).await?;
         Ok(Response::new(HashResponse {
             header: Some(self.node.header_at(revision)),
             hash,
@@ -91,7 +74,7 @@ impl Maintenance for MaintenanceService {
         request: Request<HashKvRequest>,
     ) -> Result<Response<HashKvResponse>, Status> {
         let revision = request.get_ref().revision;
-        let hashed = self.read(move |store| store.hash_kv(revision)).await?;
+        let hashed = super::read_store(&self.node, move |store| store.hash_kv(revision)).await?;
         Ok(Response::new(HashKvResponse {
             header: Some(self.node.header_at(hashed.current)),
             hash: hashed.hash,

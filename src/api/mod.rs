@@ -30,6 +30,7 @@ use crate::proto::etcdserverpb::kv_server::KvServer;
 use crate::proto::etcdserverpb::lease_server::LeaseServer;
 use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::proto::etcdserverpb::watch_server::WatchServer;
+use crate::store::{RevisionStore, StoreError};
 
 /// A response header at this member's current revision, for answers that carry no
 /// revision of their own (Cluster, Maintenance).
@@ -41,6 +42,21 @@ pub(crate) fn current_header(
         .current_revision()
         .map_err(status::from_store)?;
     Ok(node.header_at(revision))
+}
+
+/// Reads this member's store off the async workers (a large range or a hash walks a
+/// lot of it), never while a snapshot install rewrites the store.
+pub(crate) async fn read_store<T: Send + 'static>(
+    node: &Node,
+    read: impl FnOnce(&RevisionStore) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, tonic::Status> {
+    let store = node.store().clone();
+    let _readable = store.readable().await;
+    node.offload()
+        .run(move || read(&store))
+        .await
+        .map_err(|e| status::internal("read", &e))?
+        .map_err(status::from_store)
 }
 
 /// gRPC allows this much beyond `--max-request-bytes` for framing, as etcd does, so that

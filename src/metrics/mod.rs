@@ -50,7 +50,8 @@ fn register_all(registry: &Registry) -> prometheus::Result<()> {
     quantykube_raft::metrics::register(registry)
 }
 
-/// The process's one registry (created, with every metric in it, on first use).
+/// The process's one registry (created, with every metric in it, on first use;
+/// `node::serve` forces it before anything else runs).
 pub fn registry() -> &'static Registry {
     &REGISTRY
 }

@@ -26,11 +26,7 @@ fn labelled_gauge(name: &str, help: &str, label: &str) -> IntGaugeVec {
     IntGaugeVec::new(Opts::new(name, help), &[label]).unwrap_or_else(|e| malformed(name, e))
 }
 
-/// Metric options are constants of this module, all rendered by its unit tests: an
-/// invalid one is a programming error caught before release, never a runtime state.
-pub(crate) fn malformed(name: &str, e: prometheus::Error) -> ! {
-    panic!("metric {name} is malformed: {e}")
-}
+pub(crate) use quantykube_raft::metrics::malformed;
 
 static HAS_LEADER: LazyLock<IntGauge> = LazyLock::new(|| {
     gauge(

@@ -41,30 +41,18 @@ pub enum Connection {
 #[derive(Clone, Debug)]
 pub struct ConnectionInfo {
     pub remote_addr: Option<SocketAddr>,
-    /// The common name of the client certificate, when one was verified.
-    pub client_common_name: Option<String>,
 }
 
 impl Connected for Connection {
     type ConnectInfo = ConnectionInfo;
 
     fn connect_info(&self) -> ConnectionInfo {
-        match self {
-            Connection::Plain(tcp) => ConnectionInfo {
-                remote_addr: tcp.peer_addr().ok(),
-                client_common_name: None,
-            },
-            Connection::Tls(tls) => {
-                let (tcp, session) = tls.get_ref();
-                ConnectionInfo {
-                    remote_addr: tcp.peer_addr().ok(),
-                    client_common_name: session
-                        .peer_certificates()
-                        .and_then(|certs| certs.first())
-                        .and_then(|der| CertificateFacts::parse(der))
-                        .and_then(|facts| facts.common_name),
-                }
-            }
+        let tcp = match self {
+            Connection::Plain(tcp) => tcp,
+            Connection::Tls(tls) => tls.get_ref().0,
+        };
+        ConnectionInfo {
+            remote_addr: tcp.peer_addr().ok(),
         }
     }
 }

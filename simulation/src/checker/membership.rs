@@ -367,12 +367,7 @@ mod tests {
     use crate::history::MembershipEntry;
 
     fn member(id: u64, learner: bool) -> ListedMember {
-        ListedMember {
-            id,
-            name: format!("n{id}"),
-            peer_urls: vec![format!("http://n{id}:2380")],
-            is_learner: learner,
-        }
+        ListedMember::fixture(id, learner)
     }
 
     fn facts(lists: Vec<Vec<ListedMember>>) -> MembershipFacts {

@@ -25,6 +25,17 @@ pub struct ListedMember {
 }
 
 impl ListedMember {
+    /// Member `id` named `n{id}` at `http://n{id}:2380`, for the checkers' unit tests.
+    #[cfg(test)]
+    pub fn fixture(id: u64, learner: bool) -> Self {
+        ListedMember {
+            id,
+            name: format!("n{id}"),
+            peer_urls: vec![format!("http://n{id}:2380")],
+            is_learner: learner,
+        }
+    }
+
     /// From the client library's member.
     pub fn from_member(member: &etcd_client::Member) -> Self {
         let mut peer_urls: Vec<String> = member.peer_urls().to_vec();

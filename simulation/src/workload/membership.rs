@@ -718,12 +718,7 @@ mod tests {
     use super::*;
 
     fn member(id: u64, learner: bool) -> ListedMember {
-        ListedMember {
-            id,
-            name: format!("n{id}"),
-            peer_urls: vec![format!("http://n{id}:2380")],
-            is_learner: learner,
-        }
+        ListedMember::fixture(id, learner)
     }
 
     fn run_with<'a>(client: &'a MembershipClient, log: &'a MembershipLog) -> Run<'a> {
