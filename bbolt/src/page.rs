@@ -154,8 +154,15 @@ impl TreePage {
         })
     }
 
-    /// Element `index` (< count), with its key and value checked to lie inside the page.
+    /// Element `index`, with its key and value checked to lie inside the page.
     pub fn element(&self, index: usize) -> Result<Element<'_>, ReadError> {
+        if index >= self.count {
+            return Err(ReadError::CountOutOfBounds {
+                at: self.at,
+                count: index + 1,
+                page_len: self.bytes.len(),
+            });
+        }
         let elem = PAGE_HEADER_SIZE + index * LEAF_ELEMENT_SIZE;
         let b = &self.bytes;
         let (flags, pos, ksize, vsize, child) = match self.kind {

@@ -345,6 +345,29 @@ impl<'a> Bucket<'a> {
         self.sequence
     }
 
+    /// The number of levels of the bucket's tree (1: a single leaf), following its first
+    /// branch elements down.
+    pub fn depth(&self) -> Result<usize, ReadError> {
+        let (mut id, mut from) = match &self.root {
+            Root::Inline(_) => return Ok(1),
+            Root::Page { id, from } => (*id, *from),
+        };
+        for depth in 1..=MAX_DEPTH {
+            let (page, _) = self.db.read_page(id, from)?;
+            if page.kind == Kind::Leaf {
+                return Ok(depth);
+            }
+            // A branch has at least one element (TreePage::parse).
+            if let Element::Branch { child } = page.element(0)? {
+                (id, from) = (child, page.at);
+            }
+        }
+        Err(ReadError::TreeTooDeep {
+            at: from,
+            max: MAX_DEPTH,
+        })
+    }
+
     /// Whether the bucket is stored inline in its parent's leaf.
     pub fn is_inline(&self) -> bool {
         matches!(self.root, Root::Inline(_))
