@@ -72,17 +72,25 @@ impl Database {
         let m1 = match &m0 {
             Ok(m) => db.meta_at(m.page_size as usize)?,
             Err(_) => {
-                let mut first = Err(MetaProblem::Unreadable);
-                for (i, &ps) in PAGE_SIZE_GUESSES.iter().enumerate() {
+                // Report the problem of a meta 1 that was found (its magic matched) over
+                // that of a guess where there was none.
+                let rank = |m: &Result<Meta, MetaProblem>| match m {
+                    Ok(_) => 3,
+                    Err(MetaProblem::Unreadable) => 0,
+                    Err(MetaProblem::BadMagic(_)) => 1,
+                    Err(_) => 2,
+                };
+                let mut found = Err(MetaProblem::Unreadable);
+                for ps in PAGE_SIZE_GUESSES {
                     let m = db.meta_at(ps)?;
-                    if m.is_ok() || i == 0 {
-                        first = m;
+                    if rank(&m) > rank(&found) {
+                        found = m;
                     }
-                    if first.is_ok() {
+                    if found.is_ok() {
                         break;
                     }
                 }
-                first
+                found
             }
         };
         let meta = meta::choose(m0, m1)
@@ -112,7 +120,7 @@ impl Database {
     fn check_meta(&self) -> Result<(), ReadError> {
         let m = &self.meta;
         let ps = self.page_size as u64;
-        let needed = m.pgid.checked_mul(ps).unwrap_or(u64::MAX).max(2 * ps);
+        let needed = m.pgid.saturating_mul(ps).max(2 * ps);
         if needed > self.len {
             return Err(ReadError::Truncated {
                 what: format!("the high-water mark of {} pages", m.pgid),

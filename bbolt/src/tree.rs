@@ -177,7 +177,10 @@ impl TreeBuilder {
 mod tests {
     use super::*;
 
-    struct Record(Vec<(u64, u64, Kind, Vec<u64>)>);
+    /// Each page emitted: id, pages spanned, kind, children.
+    type Emitted = Vec<(u64, u64, Kind, Vec<u64>)>;
+
+    struct Record(Emitted);
 
     impl PageSink for Record {
         fn page(
@@ -211,7 +214,7 @@ mod tests {
         }
     }
 
-    fn build(n: usize, value_len: usize) -> (Built, Vec<(u64, u64, Kind, Vec<u64>)>) {
+    fn build(n: usize, value_len: usize) -> (Built, Emitted) {
         let mut rec = Record(Vec::new());
         let mut t = TreeBuilder::new(4096, 10);
         for i in 0..n {

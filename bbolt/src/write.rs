@@ -30,12 +30,13 @@ pub trait Source {
     /// One bucket's entries in ascending key order, each key once. Called twice per
     /// bucket (a layout pass, then the write pass); it must yield the same entries both
     /// times.
-    #[allow(clippy::type_complexity)]
-    fn entries<'a>(
-        &'a self,
-        bucket: &[u8],
-    ) -> Result<Box<dyn Iterator<Item = Result<(Vec<u8>, Vec<u8>), Self::Error>> + 'a>, Self::Error>;
+    fn entries<'a>(&'a self, bucket: &[u8]) -> Result<SourceEntries<'a, Self::Error>, Self::Error>;
 }
+
+/// What [`Source::entries`] returns: a bucket's `(key, value)` pairs, each or the source's
+/// error. (A name for the type the trait's signature spells out: an implementation may
+/// write either.)
+pub type SourceEntries<'a, E> = Box<dyn Iterator<Item = Result<(Vec<u8>, Vec<u8>), E>> + 'a>;
 
 /// What [`write_database`] wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

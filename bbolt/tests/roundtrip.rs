@@ -125,17 +125,20 @@ fn generated_source_streams() {
     assert!(b.depth().unwrap() >= 3);
 }
 
+type Pair = (Vec<u8>, Vec<u8>);
+type PairRef<'a> = (&'a [u8], &'a [u8]);
+
 /// A source of fixed entries per bucket, in the order given (which may be wrong).
 struct Raw {
     names: Vec<Vec<u8>>,
-    entries: BTreeMap<Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>>,
+    entries: BTreeMap<Vec<u8>, Vec<Pair>>,
     calls: Cell<u32>,
     change_on_second_call: bool,
     fail: bool,
 }
 
 impl Raw {
-    fn new(names: &[&[u8]], entries: &[(&[u8], &[(&[u8], &[u8])])]) -> Raw {
+    fn new(names: &[&[u8]], entries: &[(&[u8], &[PairRef])]) -> Raw {
         Raw {
             names: names.iter().map(|n| n.to_vec()).collect(),
             entries: entries

@@ -105,8 +105,11 @@ pub fn mem_status(src: &MemSource, total_size: u64) -> Status {
     )
 }
 
+/// Every bucket's name with all its entries, in order.
+pub type Dump = Vec<(Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>)>;
+
 /// Our reader's view of a file: every bucket with all its entries.
-pub fn read_all(db: &Database) -> Vec<(Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>)> {
+pub fn read_all(db: &Database) -> Dump {
     db.buckets()
         .unwrap()
         .into_iter()
