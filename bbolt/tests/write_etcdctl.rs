@@ -157,3 +157,19 @@ fn status_and_reader_with_an_etcd_snapshot_trailer() {
     let db = open(f.path(), len);
     assert_eq!(read_status(&db), mem_status(&src, len));
 }
+
+#[test]
+fn keys_of_bbolts_max_size_on_small_pages() {
+    // 32 KiB keys on 1 KiB pages: branch pages of two elements with overflow pages.
+    let mut rng = Rng::new(5);
+    let mut src = MemSource::default();
+    let b = src.buckets.entry(vec![b'k'; 32768]).or_default();
+    for i in 0..40u8 {
+        let mut k = rng.bytes(32768);
+        k[0] = i;
+        let n = rng.range(0, 3000) as usize;
+        b.insert(k, rng.bytes(n));
+    }
+    let db = check(&src, 1024);
+    assert!(db.bucket(&[b'k'; 32768]).unwrap().unwrap().depth().unwrap() >= 3);
+}
