@@ -59,6 +59,24 @@ impl Database {
                 txid: 0,
             },
         };
+        // Every read is bounded by `len`; a `len` past the file's end would let a hostile
+        // meta or page header make us allocate for bytes that are not there.
+        let actual = db
+            .file
+            .metadata()
+            .map_err(|source| ReadError::Io {
+                offset: 0,
+                len: 0,
+                source,
+            })?
+            .len();
+        if len > actual {
+            return Err(ReadError::Truncated {
+                what: "the length given".into(),
+                needed: len,
+                len: actual,
+            });
+        }
         if len < META_PAGE_BYTES as u64 {
             return Err(ReadError::Truncated {
                 what: "meta page 0".into(),
@@ -523,5 +541,19 @@ impl<'a> Walker<'a> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readers_can_move_to_other_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<Database>();
+        send::<Bucket<'static>>();
+        send::<Entries<'static>>();
     }
 }
