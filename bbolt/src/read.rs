@@ -208,7 +208,10 @@ impl Database {
         let ps = self.page_size as u64;
         // id < pgid and pgid × page size ≤ len (check_meta): no overflow.
         let offset = id * ps;
-        let h = PageHeader::decode(&self.read_at(offset, PAGE_HEADER_SIZE)?);
+        // One read for a page without overflow (most pages); the header says whether more
+        // follows.
+        let mut buf = self.read_at(offset, self.page_size)?;
+        let h = PageHeader::decode(&buf);
         if h.id != id {
             return Err(ReadError::PageIdMismatch {
                 page: id,
@@ -227,7 +230,12 @@ impl Database {
         if bytes > MAX_PAGE_BYTES {
             return Err(ReadError::PageTooLarge { page: id, bytes });
         }
-        let page = TreePage::parse(Location::Page(id), self.read_at(offset, bytes as usize)?)?;
+        if span > 1 {
+            let rest = self.read_at(offset + ps, (bytes - ps) as usize)?;
+            buf.reserve_exact(rest.len());
+            buf.extend_from_slice(&rest);
+        }
+        let page = TreePage::parse(Location::Page(id), buf)?;
         Ok((page, span))
     }
 
