@@ -210,6 +210,16 @@ impl Node {
         &self.etcd_version
     }
 
+    /// etcd 3.6's storage version for the etcd version this member speaks: its
+    /// `major.minor.0`, as the Snapshot RPC and Status report it.
+    pub fn storage_version(&self) -> String {
+        let mut parts = self.etcd_version.split('.');
+        match (parts.next(), parts.next()) {
+            (Some(major), Some(minor)) => format!("{major}.{minor}.0"),
+            _ => self.etcd_version.clone(),
+        }
+    }
+
     /// A full response header: the store revision the handler got, and this member's
     /// cluster id, member id and raft term.
     pub fn header_from(&self, partial: Option<ResponseHeader>) -> ResponseHeader {
@@ -641,18 +651,22 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         return Err(MembershipError::Removed.into());
     }
     let token = config.initial_cluster_token.clone();
-    let members: BTreeMap<NodeId, Member> = config
-        .initial_cluster
-        .iter()
-        .map(|m| {
-            let member = Member {
-                name: m.name.clone(),
-                peer_urls: m.peer_urls.iter().map(|u| u.to_string()).collect(),
-                client_urls: Vec::new(),
-            };
-            (identity::member_id(&member.peer_urls, &token), member)
-        })
-        .collect();
+    let restored = join::read_restored_cluster(&config.data_dir)?;
+    let members: BTreeMap<NodeId, Member> = match &restored {
+        Some(members) => members.clone(),
+        None => config
+            .initial_cluster
+            .iter()
+            .map(|m| {
+                let member = Member {
+                    name: m.name.clone(),
+                    peer_urls: m.peer_urls.iter().map(|u| u.to_string()).collect(),
+                    client_urls: Vec::new(),
+                };
+                (identity::member_id(&member.peer_urls, &token), member)
+            })
+            .collect(),
+    };
 
     let raft_config = Arc::new(raft_config(
         config.heartbeat_interval,
@@ -694,6 +708,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     // A member that joins waits for the leader to replicate to it; only founding members
     // (also one restarted before its first initialize) write the initial membership.
     let founding = matches!(start, Start::Bootstrap(_))
+        || restored.is_some()
         || config.initial_cluster_state == crate::config::ClusterState::New;
     if fresh && founding && !matches!(start, Start::Join(_)) {
         // Every founding member writes the same initial membership, as every etcd member

@@ -58,7 +58,7 @@ mod write;
 pub use error::{Location, MetaProblem, ReadError, ShownBytes, WriteError};
 pub use page::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
 pub use read::{Bucket, Database, Entries, MAX_DEPTH};
-pub use write::{write_database, Source, SourceEntries, WriteSummary};
+pub use write::{plan, write_database, Plan, Source, SourceEntries, WriteSummary};
 
 /// The page size bbolt takes on most machines (the OS page size), and etcd's files have.
 pub const DEFAULT_PAGE_SIZE: usize = 4096;

@@ -54,85 +54,122 @@ const ROOT_FIRST_PAGE: u64 = 3;
 /// The txid of meta 0; meta 1 gets one less, as bbolt's Tx.WriteTo writes a snapshot.
 const TXID: u64 = 1;
 
-/// Writes the whole file to `out` sequentially, from its first byte to its last (so that
-/// it can be streamed to a client as it is produced), with bounded memory whatever the
-/// number of entries.
-pub fn write_database<S: Source>(
-    source: &S,
-    out: &mut dyn Write,
+/// A database's layout, computed from the entry sizes alone: what [`Plan::write`] will
+/// write, known before its first byte (e.g. to tell a client how many bytes to expect).
+#[derive(Debug)]
+pub struct Plan {
     page_size: usize,
-) -> Result<WriteSummary, WriteError<S::Error>> {
+    names: Vec<Vec<u8>>,
+    root: Built,
+    buckets: Vec<Built>,
+    summary: WriteSummary,
+}
+
+/// The layout pass: runs every bucket of `source` through the tree builder, counting
+/// pages only.
+pub fn plan<S: Source>(source: &S, page_size: usize) -> Result<Plan, WriteError<S::Error>> {
     if !valid_page_size(page_size) {
         return Err(WriteError::InvalidPageSize(page_size));
     }
     let names = source.buckets();
     check_names::<S::Error>(&names)?;
-
-    // Layout pass: the root bucket's tree (its elements' sizes are known from the names
-    // alone), then every bucket, counting pages only.
-    let root_plan = build_root(&names, &[], page_size, &mut Discard)?;
-    let mut plan = Vec::with_capacity(names.len());
-    let mut next = root_plan.next_id;
+    // The root bucket's tree first (its elements' sizes are known from the names alone),
+    // then every bucket.
+    let root = build_root(&names, &[], page_size, &mut Discard)?;
+    let mut buckets = Vec::with_capacity(names.len());
+    let mut next = root.next_id;
     for name in &names {
         let built = build_bucket(source, name, page_size, next, false, &mut Discard)?;
         next = built.next_id;
-        plan.push(built);
+        buckets.push(built);
     }
-    let pages = next;
-    let bytes = pages
+    let bytes = next
         .checked_mul(page_size as u64)
         .ok_or(WriteError::TooManyPages)?;
-
-    // Write pass, page 0 first.
-    let mut w = PageWriter {
-        out,
+    Ok(Plan {
         page_size,
-        written: 0,
-    };
-    let meta = Meta {
-        page_size: page_size as u32,
-        flags: 0,
-        root: root_plan.root,
-        root_sequence: 0,
-        freelist: FREELIST_PAGE,
-        pgid: pages,
-        txid: TXID,
-    };
-    w.raw(&meta.encode_page(0, page_size))?;
-    w.raw(
-        &Meta {
-            txid: TXID - 1,
-            ..meta
-        }
-        .encode_page(1, page_size),
-    )?;
-    let mut freelist = vec![0u8; page_size];
-    PageHeader {
-        id: FREELIST_PAGE,
-        flags: FREELIST_PAGE_FLAG,
-        count: 0,
-        overflow: 0,
-    }
-    .encode(&mut freelist);
-    w.raw(&freelist)?;
+        names,
+        root,
+        buckets,
+        summary: WriteSummary { bytes, pages: next },
+    })
+}
 
-    let roots: Vec<u64> = plan.iter().map(|b| b.root).collect();
-    if build_root(&names, &roots, page_size, &mut w)? != root_plan {
-        // The root tree depends on the names alone: this is a bug, not the source's.
-        return Err(WriteError::BucketsChanged);
+impl Plan {
+    /// What the write will produce.
+    pub fn summary(&self) -> WriteSummary {
+        self.summary
     }
-    let mut next = root_plan.next_id;
-    for (name, planned) in names.iter().zip(&plan) {
-        let built = build_bucket(source, name, page_size, next, true, &mut w)?;
-        if built != *planned {
-            return Err(WriteError::SourceChanged {
-                bucket: ShownBytes::new(name),
-            });
+
+    /// The write pass: pages 0..N to `out`, in order, from the same `source` the plan was
+    /// made from (which must yield the same entries again).
+    pub fn write<S: Source>(
+        &self,
+        source: &S,
+        out: &mut dyn Write,
+    ) -> Result<WriteSummary, WriteError<S::Error>> {
+        let page_size = self.page_size;
+        let mut w = PageWriter {
+            out,
+            page_size,
+            written: 0,
+        };
+        let meta = Meta {
+            page_size: page_size as u32,
+            flags: 0,
+            root: self.root.root,
+            root_sequence: 0,
+            freelist: FREELIST_PAGE,
+            pgid: self.summary.pages,
+            txid: TXID,
+        };
+        w.raw(&meta.encode_page(0, page_size))?;
+        w.raw(
+            &Meta {
+                txid: TXID - 1,
+                ..meta
+            }
+            .encode_page(1, page_size),
+        )?;
+        let mut freelist = vec![0u8; page_size];
+        PageHeader {
+            id: FREELIST_PAGE,
+            flags: FREELIST_PAGE_FLAG,
+            count: 0,
+            overflow: 0,
         }
-        next = built.next_id;
+        .encode(&mut freelist);
+        w.raw(&freelist)?;
+
+        let roots: Vec<u64> = self.buckets.iter().map(|b| b.root).collect();
+        if build_root(&self.names, &roots, page_size, &mut w)? != self.root {
+            // The root tree depends on the names alone: this is a bug, not the source's.
+            return Err(WriteError::BucketsChanged);
+        }
+        let mut next = self.root.next_id;
+        for (name, planned) in self.names.iter().zip(&self.buckets) {
+            let built = build_bucket(source, name, page_size, next, true, &mut w)?;
+            if built != *planned {
+                return Err(WriteError::SourceChanged {
+                    bucket: ShownBytes::new(name),
+                });
+            }
+            next = built.next_id;
+        }
+        w.out.flush()?;
+        Ok(self.summary)
     }
-    w.out.flush()?;
-    Ok(WriteSummary { bytes, pages })
+}
+
+/// Writes the whole file to `out` sequentially, from its first byte to its last (so that
+/// it can be streamed to a client as it is produced), with bounded memory whatever the
+/// number of entries: [`plan`], then [`Plan::write`].
+pub fn write_database<S: Source>(
+    source: &S,
+    out: &mut dyn Write,
+    page_size: usize,
+) -> Result<WriteSummary, WriteError<S::Error>> {
+    plan(source, page_size)?.write(source, out)
 }
 
 fn check_names<E: std::error::Error + 'static>(names: &[Vec<u8>]) -> Result<(), WriteError<E>> {

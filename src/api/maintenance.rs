@@ -1,7 +1,8 @@
 //! etcdserverpb.Maintenance: Status, Alarm (QuantyKube raises no alarms), MoveLeader
 //! (on the leader; a follower relays it there, where etcd would answer `not leader`),
-//! and Hash and HashKV of this member's store (`store::hash`), as etcd answers them
-//! locally. The rest (Defragment, Snapshot, Downgrade) answer Unimplemented.
+//! Hash and HashKV of this member's store (`store::hash`), as etcd answers them
+//! locally, and Snapshot (`snapshot`). The rest (Defragment, Downgrade) answer
+//! Unimplemented.
 
 use std::sync::Arc;
 
@@ -15,7 +16,8 @@ use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
 use crate::proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse,
-    MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, StatusRequest, StatusResponse,
+    MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, SnapshotRequest, StatusRequest,
+    StatusResponse,
 };
 
 /// How long a leader transfer may take before etcd's timeout error.
@@ -39,6 +41,16 @@ impl MaintenanceService {
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
+    async fn snapshot(
+        &self,
+        _: Request<SnapshotRequest>,
+    ) -> Result<Response<super::snapshot::SnapshotStream>, Status> {
+        Ok(Response::new(super::snapshot::stream(
+            &self.node,
+            self.header()?,
+        )))
+    }
+
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         // Status must answer without a leader too, so the read index is best effort: with
         // one, every member reports the revision of everything committed so far.

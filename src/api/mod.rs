@@ -12,6 +12,7 @@ pub mod kv;
 pub mod learner_gate;
 pub mod lease;
 pub mod maintenance;
+pub mod snapshot;
 pub mod status;
 pub mod unimplemented;
 pub mod validate;

@@ -122,6 +122,13 @@ pub fn from_store(error: StoreError) -> Status {
     }
 }
 
+pub fn from_backup(error: crate::backup::BackupError) -> Status {
+    match error {
+        crate::backup::BackupError::Store(store) => from_store(store),
+        other => internal("snapshot", &other),
+    }
+}
+
 pub fn from_command_error(kind: Kind) -> Status {
     match kind {
         Kind::Compacted => compacted(),

@@ -340,6 +340,30 @@ pub fn verify_bootstrap(config: &Config) -> Result<(), ConfigError> {
     )
 }
 
+/// The members of a new cluster as `snapshot restore` takes them (`--name`,
+/// `--initial-cluster`, `--initial-advertise-peer-urls`), parsed and checked as a
+/// member's bootstrap flags are, with the same errors.
+pub fn restore_members(
+    name: &str,
+    initial_cluster: &str,
+    initial_advertise_peer_urls: &str,
+) -> Result<Vec<ClusterMember>, ConfigError> {
+    let cluster = parse_initial_cluster(&Setting::flag(
+        "initial-cluster",
+        initial_cluster.to_string(),
+    ))?;
+    let advertised = advertise_urls(
+        Some(&Setting::flag(
+            "initial-advertise-peer-urls",
+            initial_advertise_peer_urls.to_string(),
+        )),
+        "initial-advertise-peer-urls",
+        DEFAULT_PEER_URLS,
+    )?;
+    check_initial_cluster(name, &advertised, &cluster, ClusterState::New)?;
+    Ok(cluster)
+}
+
 /// Builds the configuration from the explicitly set implemented flags, in the order
 /// etcd validates them, so that the first error is etcd's first error.
 fn resolve(

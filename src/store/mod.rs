@@ -14,8 +14,10 @@ mod compaction;
 mod encoding;
 mod error;
 mod events;
+mod export;
 mod feed;
 mod hash;
+mod import;
 mod latest;
 mod lease;
 mod meta;
@@ -32,7 +34,9 @@ use rocksdb::{BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, Options, 
 
 pub use error::StoreError;
 pub use events::{EventPage, Interest};
+pub use export::{Export, StoredChange};
 pub use feed::Changes;
+pub use import::{Import, ImportSummary};
 pub use lease::LeaseRecord;
 pub use meta::{read_applied, read_member_attributes, read_removed_members, AppliedState};
 pub use range::in_range;

@@ -26,6 +26,7 @@ mod metrics;
 mod quantykube_surface;
 mod request_limits;
 mod revisions;
+mod snapshot;
 mod snapshot_install;
 mod three_node;
 mod tls;
