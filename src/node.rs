@@ -40,7 +40,8 @@ use crate::offload::Offload;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
 use crate::proto::command::{Command, CommandResult, MemberAttributes};
-use crate::proto::etcdserverpb::ResponseHeader;
+use crate::proto::etcdserverpb::alarm_request::AlarmAction;
+use crate::proto::etcdserverpb::{AlarmMember, AlarmRequest, AlarmType, ResponseHeader};
 use crate::state_machine::StateMachine;
 use crate::store::{self, RevisionStore};
 use crate::transport::{Connection, Listeners, ServerTls, Transport, TransportError};
@@ -68,6 +69,8 @@ pub struct Limits {
     pub max_txn_ops: usize,
     /// `--quota-backend-bytes`; `None` when the quota is disabled.
     pub quota_backend_bytes: Option<u64>,
+    /// `--quota-backend-bytes` as given (0 when unset), for `Status.dbSizeQuota`.
+    pub quota_backend_bytes_flag: i64,
 }
 
 /// What API handlers share: this member's store, raft, identity and limits.
@@ -210,6 +213,16 @@ impl Node {
         &self.etcd_version
     }
 
+    /// The cluster's and the storage format's version as etcd 3.6 reports them
+    /// (`/version`, `Status.storageVersion`): this member's `major.minor.0`.
+    pub fn storage_version(&self) -> String {
+        let mut parts = self.etcd_version.split('.');
+        match (parts.next(), parts.next()) {
+            (Some(major), Some(minor)) => format!("{major}.{minor}.0"),
+            _ => self.etcd_version.clone(),
+        }
+    }
+
     /// A full response header: the store revision the handler got, and this member's
     /// cluster id, member id and raft term.
     pub fn header_from(&self, partial: Option<ResponseHeader>) -> ResponseHeader {
@@ -238,26 +251,58 @@ impl Node {
         if encoded.len() > self.limits.max_request_bytes {
             return Err(status::request_too_large());
         }
-        if let Some(quota) = self.limits.quota_backend_bytes {
-            // As etcd's quota: a request that may add data is refused once the store
-            // plus the request would exceed it; deletes and compaction still pass.
-            let grows = match &command.request {
-                Some(CommandRequest::Put(_)) => true,
-                Some(CommandRequest::Txn(txn)) => crate::store::txn::has_put(txn),
-                _ => false,
-            };
-            let size = self
-                .store
-                .approximate_size()
-                .saturating_add(encoded.len() as u64);
-            if grows && size > quota {
-                return Err(status::no_space());
-            }
+        if let Some(request) = &command.request {
+            self.check_quota(request).await?;
         }
         #[cfg(feature = "planted-bugs")]
         if let Some(acknowledged) = self.planted_early_ack(&command, &encoded) {
             return Ok(Some(acknowledged));
         }
+        self.replicate(encoded).await
+    }
+
+    /// etcd's quota check (`v3rpc/quota.go`): a request that would take the store to
+    /// `--quota-backend-bytes` or past it (by etcd's cost estimate) is refused, and
+    /// this member raises a NOSPACE alarm for itself, through the log, so that every
+    /// member refuses such writes until an operator disarms it. Deletes, compaction
+    /// and revokes cost nothing and always pass.
+    async fn check_quota(&self, request: &CommandRequest) -> Result<(), Status> {
+        let Some(quota) = self.limits.quota_backend_bytes else {
+            return Ok(());
+        };
+        let cost = store::quota_cost(request);
+        let size = self.store.approximate_size();
+        if cost == 0 || size.saturating_add(cost) < quota {
+            return Ok(());
+        }
+        let own = AlarmMember {
+            member_id: self.id,
+            alarm: AlarmType::Nospace.into(),
+        };
+        if !self.store.alarms().contains(&own) {
+            tracing::warn!(
+                quota_size_bytes = quota,
+                size_bytes = size,
+                cost,
+                "message exceeded backend quota; raising alarm"
+            );
+            let raise = Command {
+                request: Some(CommandRequest::Alarm(AlarmRequest {
+                    action: AlarmAction::Activate.into(),
+                    member_id: self.id,
+                    alarm: AlarmType::Nospace.into(),
+                })),
+            };
+            // As etcd, the refusal stands whether or not the alarm got through.
+            if let Err(error) = self.replicate(raise.encode_to_vec()).await {
+                tracing::warn!(error = %error.message(), "failed to raise the NOSPACE alarm");
+            }
+        }
+        Err(status::no_space())
+    }
+
+    /// Writes one encoded command through raft and returns what applying it produced.
+    async fn replicate(&self, encoded: Vec<u8>) -> Result<Option<Outcome>, Status> {
         let outcome = self
             .client
             .write(RaftCommand(encoded.into()))
@@ -724,6 +769,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
             max_request_bytes: config.max_request_bytes,
             max_txn_ops: config.max_txn_ops,
             quota_backend_bytes: config.quota_backend_bytes,
+            quota_backend_bytes_flag: config.quota_backend_bytes_flag,
         },
         etcd_version: config.etcd_version.clone(),
         offload: environment.offload,

@@ -10,7 +10,8 @@ use axum::body::Body;
 use axum::http::{header, Method, Response, StatusCode, Uri};
 
 use crate::node::Node;
-use crate::probes::{self, Alarm};
+use crate::probes;
+use crate::proto::etcdserverpb::AlarmType;
 
 /// The query parameters the endpoints read, as Go's `url.Values` holds them.
 struct Query {
@@ -119,11 +120,13 @@ async fn health_failure(
     excluded: &BTreeSet<String>,
     serializable: bool,
 ) -> Option<String> {
+    // `?exclude=` names an alarm type as Go prints it (`NOSPACE`, or the number).
     if let Some(alarm) = probes::alarms(node)
         .into_iter()
-        .find(|a| !excluded.contains(a.name()))
+        .find(|a| !excluded.contains(&crate::store::alarm_name(a.alarm)))
     {
-        return Some(format!("ALARM {}", alarm.name()));
+        tracing::warn!(alarm = %crate::store::alarm_text(&alarm), "serving /health false due to an alarm");
+        return Some(probes::alarm_reason(&alarm).into());
     }
     if !serializable && !probes::has_leader(node) {
         return Some("RAFT NO LEADER".into());
@@ -164,7 +167,7 @@ impl Probe {
 
 async fn run_check(node: &Node, name: &str) -> Result<(), String> {
     match name {
-        "data_corruption" => probes::no_alarm(node, Alarm::Corrupt),
+        "data_corruption" => probes::no_alarm(node, AlarmType::Corrupt),
         "serializable_read" => probes::serializable_read(node),
         "linearizable_read" => probes::linearizable_read(node).await,
         "non_learner" => probes::non_learner(node),

@@ -34,8 +34,10 @@ pub fn compact_physically(store: &RevisionStore, to: i64) -> Result<(), StoreErr
     let mut it = store.db.raw_iterator_cf_opt(history, opts);
     it.seek(history_key(from + 1, 0));
     let mut keys = BTreeSet::new();
+    let mut history_bytes = 0u64;
     while it.valid() {
-        if let Some(raw) = it.value() {
+        if let (Some(key), Some(raw)) = (it.key(), it.value()) {
+            history_bytes += (key.len() + raw.len()) as u64;
             keys.insert(HistoryEntry::decode(raw)?.key);
         }
         if keys.len() >= KEYS_PER_BATCH {
@@ -51,6 +53,7 @@ pub fn compact_physically(store: &RevisionStore, to: i64) -> Result<(), StoreErr
     batch.delete_range_cf(history, history_key(0, 0), history_key(to, 0));
     meta::stage_physically_compacted(store, &mut batch, to)?;
     store.db.write(batch)?;
+    store.note_reclaimable(history_bytes);
     tracing::debug!(from, to, "physical compaction done");
     Ok(())
 }
@@ -62,6 +65,7 @@ fn drop_old_versions(
 ) -> Result<(), StoreError> {
     let kv = store.cf(CF_KV)?;
     let mut batch = WriteBatch::default();
+    let mut deleted_bytes = 0u64;
     for key in keys {
         let escaped = escape_key(key);
         let mut opts = ReadOptions::default();
@@ -78,12 +82,14 @@ fn drop_old_versions(
         }
         while let Some(raw) = it.key() {
             split_version_key(raw)?;
+            deleted_bytes += (raw.len() + it.value().map_or(0, <[u8]>::len)) as u64;
             batch.delete_cf(kv, raw);
             it.next();
         }
         it.status()?;
     }
     store.db.write(batch)?;
+    store.note_reclaimable(deleted_bytes);
     Ok(())
 }
 
