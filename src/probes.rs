@@ -6,6 +6,7 @@
 //! This module owns the checks' meaning and their errors' text (etcd's). It never
 //! formats a response: the endpoints do.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
@@ -20,13 +21,21 @@ pub fn alarms(node: &Node) -> Vec<AlarmMember> {
     node.store().alarms()
 }
 
-/// etcd's `/health` reason for an active alarm.
-pub fn alarm_reason(alarm: &AlarmMember) -> &'static str {
-    match AlarmType::try_from(alarm.alarm) {
+/// etcd's `checkAlarms`: the `/health` reason for the first active alarm whose type
+/// `excluded` does not name (as Go prints the type: `NOSPACE`, or its number).
+pub fn alarm_failure(node: &Node, excluded: &BTreeSet<String>) -> Option<&'static str> {
+    let alarm = alarms(node)
+        .into_iter()
+        .find(|a| !excluded.contains(&crate::store::alarm_name(a.alarm)))?;
+    tracing::warn!(
+        alarm = %crate::store::alarm_text(&alarm),
+        "serving /health false due to an alarm"
+    );
+    Some(match AlarmType::try_from(alarm.alarm) {
         Ok(AlarmType::Nospace) => "ALARM NOSPACE",
         Ok(AlarmType::Corrupt) => "ALARM CORRUPT",
         _ => "ALARM UNKNOWN",
-    }
+    })
 }
 
 /// etcd's `ReqTimeout()`: how long a probe's read may take.

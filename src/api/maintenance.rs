@@ -151,9 +151,16 @@ impl Maintenance for MaintenanceService {
         _: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
         tracing::info!("starting defragment");
-        // On a blocking thread: reads and writes go on meanwhile.
-        super::read_store(&self.node, |store| store.defragment())
+        // On a blocking thread: reads and writes go on meanwhile. Not behind the
+        // snapshot install gate, which would hold raft's apply for the whole run:
+        // RocksDB compacts files while an install rewrites them just as well.
+        let store = self.node.store().clone();
+        self.node
+            .offload()
+            .run(move || store.defragment())
             .await
+            .map_err(|e| status::internal("defragment", &e))?
+            .map_err(status::from_store)
             .inspect_err(|error| tracing::warn!(error = %error.message(), "failed to defragment"))?;
         tracing::info!("finished defragment");
         Ok(Response::new(DefragmentResponse { header: None }))

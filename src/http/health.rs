@@ -120,13 +120,8 @@ async fn health_failure(
     excluded: &BTreeSet<String>,
     serializable: bool,
 ) -> Option<String> {
-    // `?exclude=` names an alarm type as Go prints it (`NOSPACE`, or the number).
-    if let Some(alarm) = probes::alarms(node)
-        .into_iter()
-        .find(|a| !excluded.contains(&crate::store::alarm_name(a.alarm)))
-    {
-        tracing::warn!(alarm = %crate::store::alarm_text(&alarm), "serving /health false due to an alarm");
-        return Some(probes::alarm_reason(&alarm).into());
+    if let Some(reason) = probes::alarm_failure(node, excluded) {
+        return Some(reason.into());
     }
     if !serializable && !probes::has_leader(node) {
         return Some("RAFT NO LEADER".into());

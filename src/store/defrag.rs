@@ -11,7 +11,7 @@
 
 use std::sync::atomic::Ordering;
 
-use rocksdb::{BottommostLevelCompaction, CompactRangeOptions};
+use rocksdb::{BottommostLevelCompaction, CompactOptions};
 
 use super::{RevisionStore, StoreError, CF_KV, STORE_COLUMN_FAMILIES};
 
@@ -32,7 +32,7 @@ impl RevisionStore {
             let cf = self.cf(name)?;
             // Memtables first, so that their tombstones meet the data they delete.
             self.db.flush_cf(cf)?;
-            let mut options = CompactRangeOptions::default();
+            let mut options = CompactOptions::default();
             // Rewrite the bottom level too: that is where the deleted versions are.
             options.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
             // Automatic compactions go on meanwhile, so writes never stall behind it.

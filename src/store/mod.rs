@@ -2,8 +2,8 @@
 //!
 //! It owns the `kv`, `history`, `latest`, `meta` and `lease` column families of a
 //! node's database: every version of every key, the revision-ordered change log, the
-//! newest version of every live key, live leases and their keys, and the store's counters (current and compacted revision,
-//! applied raft log id, membership), and the feed of changes that watches follow.
+//! newest version of every live key, live leases and their keys, the store's counters (current and compacted revision,
+//! applied raft log id, membership), the cluster's alarms, and the feed of changes that watches follow.
 //! Reads are served
 //! from a RocksDB snapshot so that a response sees one revision; writes arrive only
 //! through [`apply`](RevisionStore::apply), one raft log entry at a time, in log order.

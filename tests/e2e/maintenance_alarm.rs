@@ -182,7 +182,7 @@ async fn nospace_cycle_with_etcdctl_on_three_members() {
         assert_no_space(&cluster.etcdctl_on(i, &["lease", "grant", "60"]).await, "grant");
     }
     let txn = cluster
-        .etcdctl_with_stdin(&["txn"], "\nput k v\n\n")
+        .etcdctl_with_stdin(&["txn"], "\nput k v\n\nput k w\n\n")
         .await;
     assert_no_space(&txn, "txn with a put");
     // ... and through the client, also a small put that fits the quota: the alarm
