@@ -35,10 +35,7 @@ fn parse_semver(text: &str) -> Option<(i64, i64)> {
         id.is_none_or(|id| {
             id.is_empty()
                 || id.split('.').all(|part| {
-                    !part.is_empty()
-                        && part
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
                 })
         })
     };

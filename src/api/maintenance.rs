@@ -17,9 +17,8 @@ use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
 use crate::proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeInfo,
-    DowngradeRequest, DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest,
-    HashResponse, MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, StatusRequest,
-    StatusResponse,
+    DowngradeRequest, DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse,
+    MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, StatusRequest, StatusResponse,
 };
 
 /// How long a leader transfer may take before etcd's timeout error.
@@ -161,7 +160,9 @@ impl Maintenance for MaintenanceService {
             .await
             .map_err(|e| status::internal("defragment", &e))?
             .map_err(status::from_store)
-            .inspect_err(|error| tracing::warn!(error = %error.message(), "failed to defragment"))?;
+            .inspect_err(
+                |error| tracing::warn!(error = %error.message(), "failed to defragment"),
+            )?;
         tracing::info!("finished defragment");
         Ok(Response::new(DefragmentResponse { header: None }))
     }

@@ -186,7 +186,11 @@ impl RevisionStore {
             Ok(AlarmAction::Activate) if request.alarm == AlarmType::None as i32 => Vec::new(),
             Ok(AlarmAction::Activate) => {
                 if !active.contains(&member) {
-                    batch.put_cf(self.cf(CF_META)?, alarm_key(member.member_id, member.alarm), []);
+                    batch.put_cf(
+                        self.cf(CF_META)?,
+                        alarm_key(member.member_id, member.alarm),
+                        [],
+                    );
                     tracing::warn!(
                         alarm = %alarm_name(member.alarm),
                         from = %format!("{:x}", member.member_id),

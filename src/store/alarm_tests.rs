@@ -116,7 +116,10 @@ fn nospace_refuses_what_grows_the_store_and_nothing_else() {
         ..Default::default()
     });
     assert_eq!(error_kind(h.apply(put.clone())), Kind::NoSpace);
-    assert_eq!(error_kind(h.apply(txn_with(vec![put_op("c")]))), Kind::NoSpace);
+    assert_eq!(
+        error_kind(h.apply(txn_with(vec![put_op("c")]))),
+        Kind::NoSpace
+    );
     assert_eq!(error_kind(h.grant(6, 60)), Kind::NoSpace);
     // Deletes, delete-only transactions, compaction and revokes still work.
     assert!(matches!(h.apply(txn_with(vec![delete_op("a")])), R::Txn(_)));
@@ -161,7 +164,11 @@ fn corrupt_refuses_every_change_as_etcds_applier_does() {
         C::LeaseRevoke(LeaseRevokeRequest { id: 5 }),
     ];
     for request in refused {
-        assert_eq!(error_kind(h.apply(request.clone())), Kind::Corrupt, "{request:?}");
+        assert_eq!(
+            error_kind(h.apply(request.clone())),
+            Kind::Corrupt,
+            "{request:?}"
+        );
     }
     assert_eq!(h.get("a").unwrap().value, b("1"));
     assert!(h.store.lease(5).unwrap().is_some());
@@ -246,7 +253,9 @@ fn defragmentation_gives_back_what_compaction_freed() {
     let mut noise = |len: usize| -> String {
         (0..len)
             .map(|_| {
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 char::from(b'a' + ((seed >> 33) % 26) as u8)
             })
             .collect()
@@ -271,10 +280,15 @@ fn defragmentation_gives_back_what_compaction_freed() {
         })),
         R::Compaction(_)
     ));
-    let in_use = h.store.approximate_size_in_use();
+    // The compaction's tombstones took a fresh memtable block (RocksDB counts it
+    // whole), so the size grew; what it deleted is no longer counted as in use.
+    let (size, in_use) = (
+        h.store.approximate_size(),
+        h.store.approximate_size_in_use(),
+    );
     assert!(
-        in_use < full / 2,
-        "in use {in_use} after compacting 19 of 20 versions of {full}"
+        size - in_use > 900_000,
+        "in use {in_use} of {size} after compacting 19 of 20 versions of 50 KB"
     );
     h.store.defragment().unwrap();
     let after = h.store.approximate_size();

@@ -389,54 +389,56 @@ impl<'s> ApplyBatch<'s> {
             Err(refusal)
         } else {
             match &command.request {
-            Some(CommandRequest::Put(p)) => match p.lease == 0 || store.lease_exists(p.lease)? {
-                true => txn.put(p).map(CommandResultKind::Put),
-                false => Err(StoreError::LeaseNotFound),
-            },
-            Some(CommandRequest::DeleteRange(d)) => {
-                txn.delete_range(d).map(CommandResultKind::DeleteRange)
-            }
-            Some(CommandRequest::Txn(t)) => txn.txn(t).map(CommandResultKind::Txn),
-            Some(CommandRequest::Compaction(c)) => txn.compact(c).map(|response| {
-                compact_to = Some(c.revision);
-                CommandResultKind::Compaction(response)
-            }),
-            Some(CommandRequest::LeaseGrant(grant)) => {
-                grant_lease(store, &mut txn.staged.batch, grant, txn.revisions.current)
-                    .map(CommandResultKind::LeaseGrant)
-            }
-            Some(CommandRequest::LeaseRevoke(revoke)) => {
-                txn.revoke(revoke).map(CommandResultKind::LeaseRevoke)
-            }
-            Some(CommandRequest::LeaseExpiry(expiry)) => {
-                let revoke = LeaseRevokeRequest { id: expiry.id };
-                if expiry.leader_term != log_id.leader_id.term {
-                    // Decided by a leader of another term: not this log's decision.
-                    Ok(CommandResultKind::LeaseRevoke(
-                        LeaseRevokeResponse::default(),
-                    ))
-                } else {
-                    txn.revoke(&revoke).map(CommandResultKind::LeaseRevoke)
+                Some(CommandRequest::Put(p)) => {
+                    match p.lease == 0 || store.lease_exists(p.lease)? {
+                        true => txn.put(p).map(CommandResultKind::Put),
+                        false => Err(StoreError::LeaseNotFound),
+                    }
                 }
-            }
-            Some(CommandRequest::LeaseCheckpoint(checkpoints)) => {
-                checkpoint_leases(store, &mut txn.staged.batch, checkpoints)
-                    .map(CommandResultKind::LeaseCheckpoint)
-            }
-            Some(CommandRequest::PublishMember(attributes)) => {
-                // A removed member's late publish must not bring its record back.
-                let removed = meta::is_removed_member(store, attributes.member_id)?;
-                if removed {
-                    Ok(CommandResultKind::PublishMember(PublishMemberResult {}))
-                } else {
-                    meta::stage_member_attributes(store, &mut txn.staged.batch, attributes)
-                        .map(|()| CommandResultKind::PublishMember(PublishMemberResult {}))
+                Some(CommandRequest::DeleteRange(d)) => {
+                    txn.delete_range(d).map(CommandResultKind::DeleteRange)
                 }
-            }
-            Some(CommandRequest::Alarm(request)) => store
-                .stage_alarm(&mut txn.staged.batch, request)
-                .map(CommandResultKind::Alarm),
-            None => Err(StoreError::corrupt("empty command")),
+                Some(CommandRequest::Txn(t)) => txn.txn(t).map(CommandResultKind::Txn),
+                Some(CommandRequest::Compaction(c)) => txn.compact(c).map(|response| {
+                    compact_to = Some(c.revision);
+                    CommandResultKind::Compaction(response)
+                }),
+                Some(CommandRequest::LeaseGrant(grant)) => {
+                    grant_lease(store, &mut txn.staged.batch, grant, txn.revisions.current)
+                        .map(CommandResultKind::LeaseGrant)
+                }
+                Some(CommandRequest::LeaseRevoke(revoke)) => {
+                    txn.revoke(revoke).map(CommandResultKind::LeaseRevoke)
+                }
+                Some(CommandRequest::LeaseExpiry(expiry)) => {
+                    let revoke = LeaseRevokeRequest { id: expiry.id };
+                    if expiry.leader_term != log_id.leader_id.term {
+                        // Decided by a leader of another term: not this log's decision.
+                        Ok(CommandResultKind::LeaseRevoke(
+                            LeaseRevokeResponse::default(),
+                        ))
+                    } else {
+                        txn.revoke(&revoke).map(CommandResultKind::LeaseRevoke)
+                    }
+                }
+                Some(CommandRequest::LeaseCheckpoint(checkpoints)) => {
+                    checkpoint_leases(store, &mut txn.staged.batch, checkpoints)
+                        .map(CommandResultKind::LeaseCheckpoint)
+                }
+                Some(CommandRequest::PublishMember(attributes)) => {
+                    // A removed member's late publish must not bring its record back.
+                    let removed = meta::is_removed_member(store, attributes.member_id)?;
+                    if removed {
+                        Ok(CommandResultKind::PublishMember(PublishMemberResult {}))
+                    } else {
+                        meta::stage_member_attributes(store, &mut txn.staged.batch, attributes)
+                            .map(|()| CommandResultKind::PublishMember(PublishMemberResult {}))
+                    }
+                }
+                Some(CommandRequest::Alarm(request)) => store
+                    .stage_alarm(&mut txn.staged.batch, request)
+                    .map(CommandResultKind::Alarm),
+                None => Err(StoreError::corrupt("empty command")),
             }
         };
         let outcome = match applied {

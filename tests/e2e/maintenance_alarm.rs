@@ -161,15 +161,17 @@ async fn assert_health_alarm(cluster: &Cluster, i: usize, reason: &str) {
 
 #[tokio::test]
 async fn nospace_cycle_with_etcdctl_on_three_members() {
-    let mut cluster = Cluster::start_with(
-        ClusterOptions::new(3).arg(format!("--quota-backend-bytes={QUOTA}")),
-    )
-    .await;
+    let mut cluster =
+        Cluster::start_with(ClusterOptions::new(3).arg(format!("--quota-backend-bytes={QUOTA}")))
+            .await;
     let mut client = cluster.client(0).await;
     client.put("small", "1", None).await.expect("put");
     let lease = client.lease_grant(600, None).await.expect("grant").id();
     let filled = fill_until_no_space(&mut client).await;
-    assert!(filled >= 8, "only {filled} puts of 256 KiB fit in {QUOTA} bytes");
+    assert!(
+        filled >= 8,
+        "only {filled} puts of 256 KiB fit in {QUOTA} bytes"
+    );
 
     // The member that refused raised NOSPACE for itself; every member lists the same.
     let own = format!("memberID:{} alarm:NOSPACE ", cluster.member_id(0));
@@ -179,7 +181,10 @@ async fn nospace_cycle_with_etcdctl_on_three_members() {
     // Every member refuses what grows the store, through etcdctl...
     for i in 0..3 {
         assert_no_space(&cluster.etcdctl_on(i, &["put", "k", "v"]).await, "put");
-        assert_no_space(&cluster.etcdctl_on(i, &["lease", "grant", "60"]).await, "grant");
+        assert_no_space(
+            &cluster.etcdctl_on(i, &["lease", "grant", "60"]).await,
+            "grant",
+        );
     }
     let txn = cluster
         .etcdctl_with_stdin(&["txn"], "\nput k v\n\nput k w\n\n")
@@ -194,7 +199,9 @@ async fn nospace_cycle_with_etcdctl_on_three_members() {
         NO_SPACE,
     );
     // Reads, deletes, delete-only transactions, compaction and revokes still work.
-    let got = cluster.etcdctl_on(1, &["get", "small", "--print-value-only"]).await;
+    let got = cluster
+        .etcdctl_on(1, &["get", "small", "--print-value-only"])
+        .await;
     assert_eq!(got.assert_success().stdout.trim(), "1");
     cluster.etcdctl(&["del", "small"]).await.assert_success();
     client
@@ -238,7 +245,11 @@ async fn nospace_cycle_with_etcdctl_on_three_members() {
     for i in 0..3 {
         assert_health_alarm(&cluster, i, "ALARM NOSPACE").await;
         // etcd 3.4 already had `?exclude=`.
-        let excluded = http_get(&format!("{}/health?exclude=NOSPACE", cluster.endpoint(i)), None).await;
+        let excluded = http_get(
+            &format!("{}/health?exclude=NOSPACE", cluster.endpoint(i)),
+            None,
+        )
+        .await;
         assert_eq!(excluded.status, 200, "{excluded:?}");
     }
 
@@ -262,11 +273,13 @@ async fn nospace_cycle_with_etcdctl_on_three_members() {
         .etcdctl(&["compact", &revision.to_string(), "--physical"])
         .await
         .assert_success();
-    let defrag = cluster
-        .etcdctl_on(0, &["defrag", "--cluster"])
-        .await;
+    let defrag = cluster.etcdctl_on(0, &["defrag", "--cluster"]).await;
     assert_eq!(
-        defrag.assert_success().stdout.matches("Finished defragmenting etcd member").count(),
+        defrag
+            .assert_success()
+            .stdout
+            .matches("Finished defragmenting etcd member")
+            .count(),
         3,
         "{defrag:?}"
     );
@@ -279,7 +292,12 @@ async fn nospace_cycle_with_etcdctl_on_three_members() {
     }
     let alarms = agreed_alarms(&cluster).await;
     let disarm = cluster.etcdctl(&["alarm", "disarm"]).await;
-    let mut disarmed: Vec<String> = disarm.assert_success().stdout.lines().map(str::to_owned).collect();
+    let mut disarmed: Vec<String> = disarm
+        .assert_success()
+        .stdout
+        .lines()
+        .map(str::to_owned)
+        .collect();
     disarmed.sort();
     assert_eq!(disarmed, alarms);
     for i in 0..3 {
@@ -311,11 +329,15 @@ async fn alarm_requests_get_etcds_answers() {
     // ACTIVATE answers with the alarm; a member that does not exist, or 0, is taken
     // as given (etcd never checks the id).
     for member in [nobody, 0] {
-        let raised = alarm(&endpoint, ACTIVATE, member, NOSPACE).await.expect("activate");
+        let raised = alarm(&endpoint, ACTIVATE, member, NOSPACE)
+            .await
+            .expect("activate");
         assert_eq!(listed(&raised), vec![(member, NOSPACE)]);
     }
     // Raising it again answers the same and changes nothing.
-    let again = alarm(&endpoint, ACTIVATE, nobody, NOSPACE).await.expect("activate");
+    let again = alarm(&endpoint, ACTIVATE, nobody, NOSPACE)
+        .await
+        .expect("activate");
     assert_eq!(listed(&again), vec![(nobody, NOSPACE)]);
     // A type etcd does not name is stored as sent (etcd 3.4 and 3.6; 3.5 panics).
     let odd = alarm(&endpoint, ACTIVATE, me, 7).await.expect("activate 7");
@@ -333,7 +355,11 @@ async fn alarm_requests_get_etcds_answers() {
         listed(&alarm(&endpoint, GET, me, NOSPACE).await.expect("get")),
         vec![(0, NOSPACE), (nobody, NOSPACE)]
     );
-    assert!(alarm(&endpoint, GET, 0, CORRUPT).await.expect("get").alarms.is_empty());
+    assert!(alarm(&endpoint, GET, 0, CORRUPT)
+        .await
+        .expect("get")
+        .alarms
+        .is_empty());
     // Status.errors: Go's text form of each AlarmMember (a zero id is left out, the
     // unnamed type is its number).
     let mut errors = raw_status(&endpoint).await.errors;
@@ -351,24 +377,42 @@ async fn alarm_requests_get_etcds_answers() {
     if cluster.target() == Target::Quantykube {
         assert!(health.body.contains("ALARM UNKNOWN"), "{health:?}");
     }
-    let health = http_get(&format!("{endpoint}/health?exclude=NOSPACE&exclude=7"), None).await;
+    let health = http_get(
+        &format!("{endpoint}/health?exclude=NOSPACE&exclude=7"),
+        None,
+    )
+    .await;
     assert_eq!(health.status, 200, "{health:?}");
 
     // ACTIVATE of NONE: etcd 3.4 stores a NONE alarm; 3.5+ (and QuantyKube) ignore it.
-    let none = alarm(&endpoint, ACTIVATE, me, NONE).await.expect("activate none");
+    let none = alarm(&endpoint, ACTIVATE, me, NONE)
+        .await
+        .expect("activate none");
     match cluster.target() {
         Target::Etcd => {
             assert_eq!(listed(&none), vec![(me, NONE)]);
-            let gone = alarm(&endpoint, DEACTIVATE, me, NONE).await.expect("deactivate");
+            let gone = alarm(&endpoint, DEACTIVATE, me, NONE)
+                .await
+                .expect("deactivate");
             assert_eq!(listed(&gone), vec![(me, NONE)]);
         }
         Target::Quantykube => assert!(none.alarms.is_empty(), "{none:?}"),
     }
     // DEACTIVATE answers with what it removed, or nothing; NONE removes nothing.
-    assert!(alarm(&endpoint, DEACTIVATE, me, NOSPACE).await.expect("deactivate").alarms.is_empty());
-    assert!(alarm(&endpoint, DEACTIVATE, 0, NONE).await.expect("deactivate").alarms.is_empty());
+    assert!(alarm(&endpoint, DEACTIVATE, me, NOSPACE)
+        .await
+        .expect("deactivate")
+        .alarms
+        .is_empty());
+    assert!(alarm(&endpoint, DEACTIVATE, 0, NONE)
+        .await
+        .expect("deactivate")
+        .alarms
+        .is_empty());
     for (member, kind) in all {
-        let removed = alarm(&endpoint, DEACTIVATE, member, kind).await.expect("deactivate");
+        let removed = alarm(&endpoint, DEACTIVATE, member, kind)
+            .await
+            .expect("deactivate");
         assert_eq!(listed(&removed), vec![(member, kind)]);
     }
     assert!(get_all().await.expect("get").alarms.is_empty());
@@ -395,7 +439,10 @@ async fn corrupt_alarm_refuses_changes_and_serves_reads() {
     )
     .await
     .expect("activate corrupt");
-    assert_eq!(listed(&raised), vec![(cluster.member_id(1), alarm_type::CORRUPT)]);
+    assert_eq!(
+        listed(&raised),
+        vec![(cluster.member_id(1), alarm_type::CORRUPT)]
+    );
 
     // Every member refuses every change, as etcd's applierV3Corrupt.
     for i in 0..3 {
@@ -416,7 +463,10 @@ async fn corrupt_alarm_refuses_changes_and_serves_reads() {
         let got = client.get("a", None).await.expect("get");
         assert_eq!(got.kvs()[0].value(), b"1");
         let serializable = etcd_client::GetOptions::new().with_serializable();
-        client.get("a", Some(serializable)).await.expect("serializable get");
+        client
+            .get("a", Some(serializable))
+            .await
+            .expect("serializable get");
         client
             .txn(Txn::new().and_then([TxnOp::get("a", None)]))
             .await
@@ -430,7 +480,9 @@ async fn corrupt_alarm_refuses_changes_and_serves_reads() {
         let ready = http_get(&format!("{}/readyz", cluster.endpoint(2)), None).await;
         assert_eq!(ready.status, 503, "{ready:?}");
         assert!(
-            ready.body.contains("[-]data_corruption failed: alarm activated: CORRUPT"),
+            ready
+                .body
+                .contains("[-]data_corruption failed: alarm activated: CORRUPT"),
             "{ready:?}"
         );
         let live = http_get(&format!("{}/livez", cluster.endpoint(2)), None).await;
@@ -438,5 +490,8 @@ async fn corrupt_alarm_refuses_changes_and_serves_reads() {
     }
     cluster.etcdctl(&["alarm", "disarm"]).await.assert_success();
     client.put("b", "2", None).await.expect("put after disarm");
-    client.lease_revoke(lease).await.expect("revoke after disarm");
+    client
+        .lease_revoke(lease)
+        .await
+        .expect("revoke after disarm");
 }

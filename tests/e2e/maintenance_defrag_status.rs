@@ -83,7 +83,10 @@ async fn defragment_gives_back_what_compaction_freed_while_writes_go_on() {
         let mut client = cluster.client(0).await;
         tokio::spawn(async move {
             for i in 0..20 {
-                client.put(format!("during/{i}"), "x", None).await.expect("put during defrag");
+                client
+                    .put(format!("during/{i}"), "x", None)
+                    .await
+                    .expect("put during defrag");
                 client.get("k0", None).await.expect("get during defrag");
             }
         })
@@ -121,19 +124,21 @@ async fn defragment_gives_back_what_compaction_freed_while_writes_go_on() {
 
 #[tokio::test]
 async fn status_reports_every_field() {
-    let cluster = Cluster::start_with(
-        ClusterOptions::new(3).arg(format!("--quota-backend-bytes={QUOTA}")),
-    )
-    .await;
+    let cluster =
+        Cluster::start_with(ClusterOptions::new(3).arg(format!("--quota-backend-bytes={QUOTA}")))
+            .await;
     let leader = cluster.leader_index().await;
     let mut client = cluster.client(0).await;
     client.put("a", "1", None).await.expect("put");
     for i in 0..3 {
         let status = status(&cluster.endpoint(i)).await;
-        let header = status.header.clone().expect("header");
+        let header = status.header.expect("header");
         assert_eq!(header.member_id, cluster.member_id(i));
         assert_eq!(status.leader, cluster.member_id(leader));
-        assert!(status.db_size > 0 && status.db_size_in_use > 0, "{status:?}");
+        assert!(
+            status.db_size > 0 && status.db_size_in_use > 0,
+            "{status:?}"
+        );
         assert!(status.db_size_in_use <= status.db_size, "{status:?}");
         assert!(status.raft_index >= status.raft_applied_index && status.raft_applied_index > 0);
         assert!(status.raft_term > 0);
@@ -158,7 +163,11 @@ async fn status_reports_every_field() {
     }
     // etcdctl prints the size and the alarm column.
     let table = cluster.etcdctl(&["endpoint", "status"]).await;
-    assert_eq!(table.assert_success().stdout.lines().count(), 3, "{table:?}");
+    assert_eq!(
+        table.assert_success().stdout.lines().count(),
+        3,
+        "{table:?}"
+    );
 }
 
 #[tokio::test]
@@ -175,7 +184,10 @@ async fn status_quota_is_the_flag_as_given() {
         let cluster = Cluster::start_with(options).await;
         let status = status(&cluster.endpoint(0)).await;
         // etcd 3.6 reports `cfg.QuotaBackendBytes`, not the 2 GiB it enforces for 0.
-        assert_eq!(status.db_size_quota, expected, "--quota-backend-bytes={flag:?}");
+        assert_eq!(
+            status.db_size_quota, expected,
+            "--quota-backend-bytes={flag:?}"
+        );
     }
 }
 
@@ -193,7 +205,9 @@ async fn downgrade_answers_as_etcd_36_with_no_older_version() {
     if cluster.target() == Target::Etcd {
         // etcd 3.4 has no Downgrade RPC (it arrived in 3.5): gRPC's Unimplemented.
         for action in [VALIDATE, ENABLE, CANCEL] {
-            let status = downgrade(&endpoint, action, "3.3").await.expect_err("no rpc");
+            let status = downgrade(&endpoint, action, "3.3")
+                .await
+                .expect_err("no rpc");
             assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
         }
         return;
@@ -206,10 +220,18 @@ async fn downgrade_answers_as_etcd_36_with_no_older_version() {
     const FORMAT: &str = "etcdserver: wrong downgrade target version format";
     for action in [VALIDATE, ENABLE] {
         for target in ["3.5", "3.5.0", "3.6", "3.4.23", "2.3"] {
-            expect(downgrade(&endpoint, action, target).await, Code::InvalidArgument, INVALID);
+            expect(
+                downgrade(&endpoint, action, target).await,
+                Code::InvalidArgument,
+                INVALID,
+            );
         }
         for target in ["", "3", "v3.5", "three.five", "3.5.x"] {
-            expect(downgrade(&endpoint, action, target).await, Code::InvalidArgument, FORMAT);
+            expect(
+                downgrade(&endpoint, action, target).await,
+                Code::InvalidArgument,
+                FORMAT,
+            );
         }
     }
     // CANCEL with nothing to cancel: etcd 3.6 logs `no inflight downgrade job` and
