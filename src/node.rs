@@ -271,8 +271,11 @@ impl Node {
             return Ok(());
         };
         let cost = store::quota_cost(request);
+        if cost == 0 {
+            return Ok(());
+        }
         let size = self.store.approximate_size();
-        if cost == 0 || size.saturating_add(cost) < quota {
+        if size.saturating_add(cost) < quota {
             return Ok(());
         }
         let own = AlarmMember {
