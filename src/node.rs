@@ -252,7 +252,7 @@ impl Node {
             return Err(status::request_too_large());
         }
         if let Some(request) = &command.request {
-            self.check_quota(request).await?;
+            crate::quota::check(self, request).await?;
         }
         #[cfg(feature = "planted-bugs")]
         if let Some(acknowledged) = self.planted_early_ack(&command, &encoded) {
@@ -261,47 +261,27 @@ impl Node {
         self.replicate(encoded).await
     }
 
-    /// etcd's quota check (`v3rpc/quota.go`): a request that would take the store to
-    /// `--quota-backend-bytes` or past it (by etcd's cost estimate) is refused, and
-    /// this member raises a NOSPACE alarm for itself, through the log, so that every
-    /// member refuses such writes until an operator disarms it. Deletes, compaction
-    /// and revokes cost nothing and always pass.
-    async fn check_quota(&self, request: &CommandRequest) -> Result<(), Status> {
-        let Some(quota) = self.limits.quota_backend_bytes else {
-            return Ok(());
-        };
-        let cost = store::quota_cost(request);
-        if cost == 0 {
-            return Ok(());
-        }
-        let size = self.store.approximate_size();
-        if size.saturating_add(cost) < quota {
-            return Ok(());
-        }
+    /// Proposes ACTIVATE of `alarm` for this member, unless it is already active. Its
+    /// failure is only logged: the alarm is the cluster's memory of a refusal that
+    /// stands anyway.
+    pub(crate) async fn raise_alarm(&self, alarm: AlarmType) {
         let own = AlarmMember {
             member_id: self.id,
-            alarm: AlarmType::Nospace.into(),
+            alarm: alarm.into(),
         };
-        if !self.store.alarms().contains(&own) {
-            tracing::warn!(
-                quota_size_bytes = quota,
-                size_bytes = size,
-                cost,
-                "message exceeded backend quota; raising alarm"
-            );
-            let raise = Command {
-                request: Some(CommandRequest::Alarm(AlarmRequest {
-                    action: AlarmAction::Activate.into(),
-                    member_id: self.id,
-                    alarm: AlarmType::Nospace.into(),
-                })),
-            };
-            // As etcd, the refusal stands whether or not the alarm got through.
-            if let Err(error) = self.replicate(raise.encode_to_vec()).await {
-                tracing::warn!(error = %error.message(), "failed to raise the NOSPACE alarm");
-            }
+        if self.store.alarms().contains(&own) {
+            return;
         }
-        Err(status::no_space())
+        let raise = Command {
+            request: Some(CommandRequest::Alarm(AlarmRequest {
+                action: AlarmAction::Activate.into(),
+                member_id: self.id,
+                alarm: alarm.into(),
+            })),
+        };
+        if let Err(error) = self.replicate(raise.encode_to_vec()).await {
+            tracing::warn!(alarm = alarm.as_str_name(), error = %error.message(), "failed to raise an alarm");
+        }
     }
 
     /// Writes one encoded command through raft and returns what applying it produced.
@@ -588,6 +568,7 @@ where
         node.clone(),
         config.lease_checkpoint_interval,
     ));
+    let quota_watch = tokio::spawn(crate::quota::watch(node.clone()));
     if published {
         tracing::info!("serving clients");
         // As etcd: HTTP shares the client URLs unless it has URLs of its own.
@@ -634,6 +615,7 @@ where
     }
     let _ = stop_tx.send(true);
     lessor.abort();
+    quota_watch.abort();
     steward.abort();
     directory.abort();
     if let Err(error) = raft.shutdown().await {

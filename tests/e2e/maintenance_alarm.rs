@@ -584,3 +584,30 @@ async fn an_alarm_raised_while_a_member_was_down_reaches_it_by_snapshot() {
         NO_SPACE,
     );
 }
+
+#[tokio::test]
+async fn a_member_whose_own_store_reached_its_quota_raises_nospace_for_itself() {
+    // Member 0 admits every write (a large quota); members 1 and 2 reach theirs by
+    // applying what member 0 proposed, and raise NOSPACE for themselves, as etcd's
+    // apply-time quota check does. Then the whole cluster refuses growing writes.
+    let cluster = Cluster::start_with(ClusterOptions::new(3).member_args(|spec| {
+        let quota = if spec.index == 0 { 8 * QUOTA } else { QUOTA };
+        vec![format!("--quota-backend-bytes={quota}")]
+    }))
+    .await;
+    let mut client = cluster.client(0).await;
+    fill_until_no_space(&mut client).await;
+    let alarms = agreed_alarms(&cluster).await;
+    let others: Vec<String> = (1..3)
+        .map(|i| format!("memberID:{} alarm:NOSPACE ", cluster.member_id(i)))
+        .collect();
+    assert!(
+        alarms.iter().all(|a| others.contains(a)),
+        "only members 1 and 2 reached a quota: {alarms:?}"
+    );
+    assert_grpc_error(
+        client.put("k", "v", None).await,
+        Code::ResourceExhausted,
+        NO_SPACE,
+    );
+}
