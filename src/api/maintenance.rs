@@ -51,6 +51,7 @@ impl Maintenance for MaintenanceService {
         let store = self.node.store();
         let size = |bytes: u64| i64::try_from(bytes).unwrap_or(i64::MAX);
         let leader = metrics.current_leader.unwrap_or(0);
+        let applied_index = metrics.last_applied.map_or(0, |l| l.index);
         let mut errors = Vec::new();
         if leader == 0 {
             errors.push(status::no_leader().message().to_string());
@@ -62,9 +63,14 @@ impl Maintenance for MaintenanceService {
             version: self.node.etcd_version().to_string(),
             db_size: size(store.approximate_size()),
             leader,
-            raft_index: metrics.last_log_index.unwrap_or(0),
+            // etcd's CommittedIndex; never below what this member applied (openraft
+            // learns its commit index anew after a restart).
+            raft_index: metrics
+                .local_committed
+                .map_or(0, |l| l.index)
+                .max(applied_index),
             raft_term: metrics.current_term,
-            raft_applied_index: metrics.last_applied.map_or(0, |l| l.index),
+            raft_applied_index: applied_index,
             errors,
             db_size_in_use: size(store.approximate_size_in_use()),
             is_learner,
