@@ -535,14 +535,14 @@ async fn corrupt_alarm_refuses_changes_and_serves_reads() {
 #[tokio::test]
 async fn an_alarm_raised_while_a_member_was_down_reaches_it_by_snapshot() {
     // QuantyKube keeps few log entries with `--snapshot-count 50`, so the member that
-    // missed 300 entries catches up by snapshot, alarms included; etcd 3.4 keeps 5 000
+    // missed 1 000 entries catches up by snapshot, alarms included; etcd 3.4 keeps 5 000
     // entries and replays them instead.
     let mut cluster =
         Cluster::start_with(ClusterOptions::new(3).args(["--snapshot-count", "50"])).await;
     let leader = cluster.leader_index().await;
     let down = (leader + 1) % 3;
     cluster.kill9(down);
-    let mut client = cluster.client(leader).await;
+    let client = cluster.client(leader).await;
     let raised = alarm(
         &cluster.endpoint(leader),
         action::ACTIVATE,
@@ -552,13 +552,20 @@ async fn an_alarm_raised_while_a_member_was_down_reaches_it_by_snapshot() {
     .await
     .expect("activate");
     assert_eq!(raised.alarms.len(), 1);
-    // Entries that NOSPACE lets through: deletes (of nothing, so no revision).
-    for i in 0..300 {
-        client
-            .delete(format!("none/{i}"), None)
-            .await
-            .expect("delete");
-    }
+    // Entries that NOSPACE lets through: deletes (of nothing, so no revision), from
+    // eight writers at once, many snapshots' worth.
+    let writers = (0..8).map(|w| {
+        let mut client = client.clone();
+        async move {
+            for i in (w..1000).step_by(8) {
+                client
+                    .delete(format!("none/{i}"), None)
+                    .await
+                    .expect("delete");
+            }
+        }
+    });
+    futures::future::join_all(writers).await;
     cluster.start_member(down);
     cluster
         .wait_member_ready(down, crate::harness::START_TIMEOUT)
