@@ -19,6 +19,7 @@ pub mod offload;
 pub mod planted;
 pub mod probes;
 pub mod proto;
+pub mod quota;
 pub mod state_machine;
 pub mod store;
 pub mod transport;

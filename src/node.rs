@@ -40,7 +40,8 @@ use crate::offload::Offload;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
 use crate::proto::command::{Command, CommandResult, MemberAttributes};
-use crate::proto::etcdserverpb::ResponseHeader;
+use crate::proto::etcdserverpb::alarm_request::AlarmAction;
+use crate::proto::etcdserverpb::{AlarmMember, AlarmRequest, AlarmType, ResponseHeader};
 use crate::state_machine::StateMachine;
 use crate::store::{self, RevisionStore};
 use crate::transport::{Connection, Listeners, ServerTls, Transport, TransportError};
@@ -68,6 +69,8 @@ pub struct Limits {
     pub max_txn_ops: usize,
     /// `--quota-backend-bytes`; `None` when the quota is disabled.
     pub quota_backend_bytes: Option<u64>,
+    /// `--quota-backend-bytes` as given (0 when unset), for `Status.dbSizeQuota`.
+    pub quota_backend_bytes_flag: i64,
 }
 
 /// What API handlers share: this member's store, raft, identity and limits.
@@ -210,8 +213,9 @@ impl Node {
         &self.etcd_version
     }
 
-    /// etcd 3.6's storage version for the etcd version this member speaks: its
-    /// `major.minor.0`, as the Snapshot RPC and Status report it.
+    /// The cluster's and the storage format's version as etcd 3.6 reports them
+    /// (`/version`, `Status.storageVersion`, the Snapshot RPC's `version`): this
+    /// member's `major.minor.0`.
     pub fn storage_version(&self) -> String {
         let mut parts = self.etcd_version.split('.');
         match (parts.next(), parts.next()) {
@@ -248,26 +252,41 @@ impl Node {
         if encoded.len() > self.limits.max_request_bytes {
             return Err(status::request_too_large());
         }
-        if let Some(quota) = self.limits.quota_backend_bytes {
-            // As etcd's quota: a request that may add data is refused once the store
-            // plus the request would exceed it; deletes and compaction still pass.
-            let grows = match &command.request {
-                Some(CommandRequest::Put(_)) => true,
-                Some(CommandRequest::Txn(txn)) => crate::store::txn::has_put(txn),
-                _ => false,
-            };
-            let size = self
-                .store
-                .approximate_size()
-                .saturating_add(encoded.len() as u64);
-            if grows && size > quota {
-                return Err(status::no_space());
-            }
+        if let Some(request) = &command.request {
+            crate::quota::check(self, request).await?;
         }
         #[cfg(feature = "planted-bugs")]
         if let Some(acknowledged) = self.planted_early_ack(&command, &encoded) {
             return Ok(Some(acknowledged));
         }
+        self.replicate(encoded).await
+    }
+
+    /// Proposes ACTIVATE of `alarm` for this member, unless it is already active. Its
+    /// failure is only logged: the alarm is the cluster's memory of a refusal that
+    /// stands anyway.
+    pub(crate) async fn raise_alarm(&self, alarm: AlarmType) {
+        let own = AlarmMember {
+            member_id: self.id,
+            alarm: alarm.into(),
+        };
+        if self.store.alarms().contains(&own) {
+            return;
+        }
+        let raise = Command {
+            request: Some(CommandRequest::Alarm(AlarmRequest {
+                action: AlarmAction::Activate.into(),
+                member_id: self.id,
+                alarm: alarm.into(),
+            })),
+        };
+        if let Err(error) = self.replicate(raise.encode_to_vec()).await {
+            tracing::warn!(alarm = alarm.as_str_name(), error = %error.message(), "failed to raise an alarm");
+        }
+    }
+
+    /// Writes one encoded command through raft and returns what applying it produced.
+    async fn replicate(&self, encoded: Vec<u8>) -> Result<Option<Outcome>, Status> {
         let outcome = self
             .client
             .write(RaftCommand(encoded.into()))
@@ -550,6 +569,7 @@ where
         node.clone(),
         config.lease_checkpoint_interval,
     ));
+    let quota_watch = tokio::spawn(crate::quota::watch(node.clone()));
     if published {
         tracing::info!("serving clients");
         // As etcd: HTTP shares the client URLs unless it has URLs of its own.
@@ -596,6 +616,7 @@ where
     }
     let _ = stop_tx.send(true);
     lessor.abort();
+    quota_watch.abort();
     steward.abort();
     directory.abort();
     if let Err(error) = raft.shutdown().await {
@@ -739,6 +760,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
             max_request_bytes: config.max_request_bytes,
             max_txn_ops: config.max_txn_ops,
             quota_backend_bytes: config.quota_backend_bytes,
+            quota_backend_bytes_flag: config.quota_backend_bytes_flag,
         },
         etcd_version: config.etcd_version.clone(),
         offload: environment.offload,

@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod compat_layer;
+pub mod downgrade;
 pub mod health;
 pub mod kv;
 pub mod learner_gate;

@@ -84,6 +84,12 @@ pub fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream {
     let (queue, received) = mpsc::channel(BLOBS_IN_FLIGHT);
     let store = node.store().clone();
     let version = node.storage_version();
+    // etcd's `alarm` bucket: each active alarm's `AlarmMember`, an empty value.
+    let alarms = store
+        .alarms()
+        .iter()
+        .map(|alarm| (prost::Message::encode_to_vec(alarm), Vec::new()))
+        .collect();
     tokio::task::spawn_blocking(move || {
         let mut sender = BlobSender {
             queue,
@@ -91,8 +97,8 @@ pub fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream {
             first: Some((header, version)),
             remaining: 0,
         };
-        let result = export::write_database(&store, Vec::new(), &mut sender).and_then(
-            |(written, digest)| {
+        let result =
+            export::write_database(&store, alarms, &mut sender).and_then(|(written, digest)| {
                 let last = std::mem::take(&mut sender.blob);
                 if !last.is_empty() {
                     sender
@@ -103,8 +109,7 @@ pub fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream {
                     .send(digest.to_vec(), 0)
                     .map_err(|e| crate::backup::BackupError::Write(e.to_string()))?;
                 Ok(written)
-            },
-        );
+            });
         match result {
             Ok(written) => tracing::info!(
                 bytes = written.db_bytes,

@@ -63,8 +63,8 @@ pub(super) struct Cli {
     /// Number of committed transactions to trigger a snapshot [default: 10000]
     #[arg(long, value_name = "N")]
     snapshot_count: Option<String>,
-    /// Raise alarms when the backend size exceeds this many bytes; 0 means 2 GiB,
-    /// negative means no quota [default: 0]
+    /// Refuse writes and raise a NOSPACE alarm once the store would reach this many
+    /// bytes; 0 means 2 GiB, negative means no quota [default: 0]
     #[arg(long, value_name = "BYTES")]
     quota_backend_bytes: Option<String>,
     /// Maximum client request size in bytes the server will accept [default: 1572864]

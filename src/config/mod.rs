@@ -111,6 +111,9 @@ pub struct Config {
     /// `None`: no quota (etcd's meaning of a negative value). `Some(bytes)`: an explicit 0
     /// already replaced by etcd's 2 GiB default.
     pub quota_backend_bytes: Option<u64>,
+    /// `--quota-backend-bytes` as given (0 when unset): what etcd 3.6 reports as
+    /// `Status.dbSizeQuota`.
+    pub quota_backend_bytes_flag: i64,
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
     pub log_level: LogLevel,
@@ -482,12 +485,14 @@ fn resolve(
         );
     }
 
-    let quota_backend_bytes = match get("quota-backend-bytes") {
-        None => Some(DEFAULT_QUOTA_BACKEND_BYTES),
-        Some(s) => match parse_go_int(&s.value).map_err(|r| s.invalid(r))? {
-            0 => Some(DEFAULT_QUOTA_BACKEND_BYTES),
-            n => u64::try_from(n).ok(),
-        },
+    let quota_backend_bytes_flag = match get("quota-backend-bytes") {
+        None => 0,
+        Some(s) => parse_go_int(&s.value).map_err(|r| s.invalid(r))?,
+    };
+    let quota_backend_bytes = match quota_backend_bytes_flag {
+        0 => Some(DEFAULT_QUOTA_BACKEND_BYTES),
+        // Negative: no quota, as etcd's passthrough quota.
+        n => u64::try_from(n).ok(),
     };
 
     let max_request_bytes = uint_setting(get("max-request-bytes"), 1_572_864)?;
@@ -550,6 +555,7 @@ fn resolve(
         election_timeout: Duration::from_millis(election_ms),
         snapshot_count,
         quota_backend_bytes,
+        quota_backend_bytes_flag,
         max_request_bytes,
         max_txn_ops,
         log_level,

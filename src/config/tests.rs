@@ -700,3 +700,22 @@ fn flag_table_and_clap_command_agree() {
     }
     command().debug_assert();
 }
+
+#[test]
+fn the_quota_keeps_etcds_meaning_and_the_flag_as_given() {
+    let quota = |args: &[&str]| {
+        let config = run(args);
+        (config.quota_backend_bytes, config.quota_backend_bytes_flag)
+    };
+    // Unset and 0: etcd's 2 GiB, reported by Status.dbSizeQuota as 0 (etcd 3.6).
+    assert_eq!(quota(&[]), (Some(2 << 30), 0));
+    assert_eq!(quota(&["--quota-backend-bytes=0"]), (Some(2 << 30), 0));
+    // Negative: no quota.
+    assert_eq!(quota(&["--quota-backend-bytes=-5"]), (None, -5));
+    // Above etcd's suggested 8 GiB: taken as given.
+    assert_eq!(
+        quota(&["--quota-backend-bytes", "17179869184"]),
+        (Some(16 << 30), 16 << 30)
+    );
+    assert!(error(&["--quota-backend-bytes=2GiB"]).contains("--quota-backend-bytes"));
+}

@@ -66,6 +66,7 @@ fn drop_old_versions(
 ) -> Result<(), StoreError> {
     let kv = store.cf(CF_KV)?;
     let mut batch = WriteBatch::default();
+    let mut deleted_bytes = 0u64;
     for key in keys {
         let escaped = escape_key(key);
         let mut opts = ReadOptions::default();
@@ -82,27 +83,30 @@ fn drop_old_versions(
         }
         while let Some(raw) = it.key() {
             let (_, revision) = split_version_key(raw)?;
+            deleted_bytes += (raw.len() + it.value().map_or(0, <[u8]>::len)) as u64;
             batch.delete_cf(kv, raw);
             // The compacted revision's own events stay (see the module doc).
             if revision < to {
-                stage_event_removal(store, &mut batch, revision, key)?;
+                deleted_bytes += stage_event_removal(store, &mut batch, revision, key)?;
             }
             it.next();
         }
         it.status()?;
     }
     store.db.write(batch)?;
+    store.note_reclaimable(deleted_bytes);
     Ok(())
 }
 
 /// Stages the removal of `key`'s history entries at `revision` (among the few changes
-/// of that revision: a transaction's).
+/// of that revision: a transaction's), and answers how many bytes they held.
 fn stage_event_removal(
     store: &RevisionStore,
     batch: &mut WriteBatch,
     revision: i64,
     key: &[u8],
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
+    let mut removed = 0u64;
     let history = store.cf(CF_HISTORY)?;
     let mut opts = ReadOptions::default();
     opts.set_iterate_upper_bound(history_key(revision + 1, 0).to_vec());
@@ -110,12 +114,13 @@ fn stage_event_removal(
     it.seek(history_key(revision, 0));
     while let (Some(raw_key), Some(raw)) = (it.key(), it.value()) {
         if HistoryEntry::decode(raw)?.key == key {
+            removed += (raw_key.len() + raw.len()) as u64;
             batch.delete_cf(history, raw_key);
         }
         it.next();
     }
     it.status()?;
-    Ok(())
+    Ok(removed)
 }
 
 /// Stages the removal of the events the previous compaction (to `revision`) kept for

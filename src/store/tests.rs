@@ -17,14 +17,14 @@ use crate::proto::etcdserverpb::request_op::Request as Op;
 use crate::proto::etcdserverpb::response_op::Response as OpResponse;
 use crate::proto::etcdserverpb::*;
 
-struct Harness {
+pub(super) struct Harness {
     _dir: tempfile::TempDir,
-    store: Arc<RevisionStore>,
+    pub(super) store: Arc<RevisionStore>,
     index: u64,
 }
 
 impl Harness {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = open_database(&dir.path().join("db"), &[]).unwrap();
         Harness {
@@ -34,7 +34,7 @@ impl Harness {
         }
     }
 
-    fn apply(&mut self, request: C) -> R {
+    pub(super) fn apply(&mut self, request: C) -> R {
         self.index += 1;
         let log_id = LogId::new(
             LeaderId {
@@ -52,7 +52,7 @@ impl Harness {
             .unwrap()
     }
 
-    fn put(&mut self, key: &str, value: &str) -> PutResponse {
+    pub(super) fn put(&mut self, key: &str, value: &str) -> PutResponse {
         match self.apply(C::Put(PutRequest {
             key: b(key),
             value: b(value),
@@ -64,7 +64,7 @@ impl Harness {
         }
     }
 
-    fn delete(&mut self, key: &str, end: &str) -> DeleteRangeResponse {
+    pub(super) fn delete(&mut self, key: &str, end: &str) -> DeleteRangeResponse {
         match self.apply(C::DeleteRange(DeleteRangeRequest {
             key: b(key),
             range_end: b(end),
@@ -79,7 +79,7 @@ impl Harness {
         self.store.range(&req)
     }
 
-    fn get(&self, key: &str) -> Option<crate::proto::mvccpb::KeyValue> {
+    pub(super) fn get(&self, key: &str) -> Option<crate::proto::mvccpb::KeyValue> {
         self.range(RangeRequest {
             key: b(key),
             ..Default::default()
@@ -111,7 +111,7 @@ fn apply_alone(
     Ok(outcome)
 }
 
-fn b(s: &str) -> Bytes {
+pub(super) fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
 }
 
@@ -574,7 +574,7 @@ fn an_install_cut_short_claims_nothing_applied_and_keeps_the_snapshot_current() 
     );
 }
 
-fn log_id(index: u64) -> LogId {
+pub(super) fn log_id(index: u64) -> LogId {
     LogId::new(
         LeaderId {
             term: 1,
@@ -1058,11 +1058,11 @@ fn the_feed_carries_exactly_what_history_replays() {
 }
 
 impl Harness {
-    fn grant(&mut self, id: i64, ttl: i64) -> R {
+    pub(super) fn grant(&mut self, id: i64, ttl: i64) -> R {
         self.apply(C::LeaseGrant(LeaseGrantRequest { ttl, id }))
     }
 
-    fn revoke(&mut self, id: i64) -> R {
+    pub(super) fn revoke(&mut self, id: i64) -> R {
         self.apply(C::LeaseRevoke(LeaseRevokeRequest { id }))
     }
 
@@ -1085,7 +1085,7 @@ impl Harness {
     }
 }
 
-fn error_kind(result: R) -> Kind {
+pub(super) fn error_kind(result: R) -> Kind {
     match result {
         R::Error(e) => Kind::try_from(e.kind).unwrap(),
         other => panic!("expected an error, got {other:?}"),

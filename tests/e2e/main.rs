@@ -20,6 +20,8 @@ mod kv_put;
 mod kv_range;
 mod kv_txn;
 mod lease;
+mod maintenance_alarm;
+mod maintenance_defrag_status;
 mod maintenance_hash;
 mod membership;
 mod metrics;
