@@ -79,11 +79,9 @@ impl<'a> EtcdBuckets<'a> {
             ));
         }
         meta.sort();
-        // Authentication is off and has never changed (revision 1), as in a new etcd.
-        let auth = vec![
-            (schema::AUTH_ENABLED.to_vec(), vec![0]),
-            (schema::AUTH_REVISION.to_vec(), schema::u64_value(1)),
-        ];
+        // Authentication has never been enabled nor changed: etcd then keeps only its
+        // revision, 1 (a missing `authEnabled` reads as off).
+        let auth = vec![(schema::AUTH_REVISION.to_vec(), schema::u64_value(1))];
         let mut alarms = alarms;
         alarms.sort();
         Ok(EtcdBuckets {

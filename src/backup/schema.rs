@@ -41,8 +41,7 @@ pub const BUCKETS: [&[u8]; 10] = [
 pub const CONSISTENT_INDEX: &[u8] = b"consistent_index";
 pub const SCHEDULED_COMPACT: &[u8] = b"scheduledCompactRev";
 pub const FINISHED_COMPACT: &[u8] = b"finishedCompactRev";
-/// `auth` keys.
-pub const AUTH_ENABLED: &[u8] = b"authEnabled";
+/// The `auth` key of the authentication revision.
 pub const AUTH_REVISION: &[u8] = b"authRevision";
 /// A `members_removed` value.
 pub const REMOVED: &[u8] = b"removed";
