@@ -307,6 +307,54 @@ async fn an_etcd_3_4_snapshot_restores_into_three_members_of_the_target() {
     assert_eq!(members.members().len(), 3);
 }
 
+/// etcd's restore takes a data dir's own `member/snap/db` (no SHA-256 trailer) with
+/// `--skip-hash-check`, and refuses it without.
+#[tokio::test]
+async fn an_etcd_data_dirs_db_restores_with_skip_hash_check() {
+    let mut etcd = ClusterOptions::new(1).target(Target::Etcd).start().await;
+    let mut client = etcd.client(0).await;
+    let history = write_history(&mut client).await;
+    let expected = observe(&mut client, &history).await;
+    // etcd commits its backend every 100 ms: wait for the last writes to reach the db.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    etcd.kill9(0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("db");
+    std::fs::copy(etcd.data_dir(0).join("member/snap/db"), &file).expect("copy db");
+
+    let target = Target::from_env();
+    let refused = {
+        let spec = MemberSpec {
+            dir: dir.path().join("refused"),
+            ..etcd.member_spec(0)
+        };
+        restore_command(target, &file, &spec)
+            .output()
+            .expect("run restore")
+    };
+    assert!(
+        !refused.status.success(),
+        "restored without --skip-hash-check"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("snapshot missing hash but --skip-hash-check=false"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let cluster = ClusterOptions::new(1)
+        .target(target)
+        .prepare(move |spec| {
+            let mut command = restore_command(target, &file, spec);
+            command.arg("--skip-hash-check");
+            run(command)
+        })
+        .start()
+        .await;
+    let mut client = cluster.client(0).await;
+    assert_eq!(observe(&mut client, &history).await, expected);
+}
+
 /// A copy of `file` with `edit` applied to its bytes.
 fn altered(file: &Path, name: &str, edit: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
     let mut bytes = std::fs::read(file).expect("read snapshot");
