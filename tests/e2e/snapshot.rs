@@ -355,6 +355,46 @@ async fn an_etcd_data_dirs_db_restores_with_skip_hash_check() {
     assert_eq!(observe(&mut client, &history).await, expected);
 }
 
+/// The stream as etcd sends it: blobs that count down `remaining_bytes` to 0, then the
+/// SHA-256 of everything before it; and a client that leaves half way costs the member
+/// nothing: it goes on serving, and the next snapshot is whole.
+#[tokio::test]
+async fn the_snapshot_stream_counts_down_and_a_client_may_leave_half_way() {
+    use sha2::{Digest, Sha256};
+
+    let cluster = Cluster::start(1).await;
+    let mut client = cluster.client(0).await;
+    for i in 0..300 {
+        client
+            .put(format!("k{i:03}"), vec![b'v'; 2048], None)
+            .await
+            .expect("put");
+    }
+    // Half a stream, then gone.
+    let mut stream = client.snapshot().await.expect("snapshot");
+    let first = stream.message().await.expect("first").expect("a blob");
+    assert!(first.remaining_bytes() > 0);
+    drop(stream);
+    client.put("after", "leaving", None).await.expect("put");
+
+    let mut stream = client.snapshot().await.expect("snapshot");
+    let mut blobs: Vec<(u64, Vec<u8>)> = Vec::new();
+    while let Some(message) = stream.message().await.expect("message") {
+        blobs.push((message.remaining_bytes(), message.blob().to_vec()));
+    }
+    let (last_remaining, digest) = blobs.pop().expect("the hash");
+    assert_eq!(last_remaining, 0);
+    assert_eq!(digest.len(), 32);
+    let db: Vec<u8> = blobs.iter().flat_map(|(_, b)| b.clone()).collect();
+    let mut left = db.len() as u64;
+    for (remaining, blob) in &blobs {
+        left -= blob.len() as u64;
+        assert_eq!(*remaining, left, "remaining_bytes counts down the database");
+    }
+    assert_eq!(Sha256::digest(&db).as_slice(), digest.as_slice());
+    assert_eq!(db.len() % 4096, 0, "whole pages");
+}
+
 /// A copy of `file` with `edit` applied to its bytes.
 fn altered(file: &Path, name: &str, edit: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
     let mut bytes = std::fs::read(file).expect("read snapshot");
