@@ -252,9 +252,18 @@ pub async fn initial_check(
 pub enum Finding {
     /// The leader's own hash changed at the same revision and compacted revision.
     LeaderHashChanged,
-    FollowerRevisionAhead { follower: NodeId, revision: i64 },
-    FollowerCompactAhead { follower: NodeId, compacted: i64 },
-    FollowerHashDiffers { follower: NodeId, hash: u32 },
+    FollowerRevisionAhead {
+        follower: NodeId,
+        revision: i64,
+    },
+    FollowerCompactAhead {
+        follower: NodeId,
+        compacted: i64,
+    },
+    FollowerHashDiffers {
+        follower: NodeId,
+        hash: u32,
+    },
 }
 
 impl Finding {

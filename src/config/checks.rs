@@ -82,7 +82,8 @@ pub(super) fn corruption_checks(
         (COMPACT_HASH_FLAG, COMPACT_HASH_GATE),
     ] {
         if let (Some(setting), Some(enabled)) = (settings.get(flag), gates.get(gate)) {
-            let given = parse_go_bool(&setting.value).ok_or_else(|| setting.invalid(SYNTAX_ERROR))?;
+            let given =
+                parse_go_bool(&setting.value).ok_or_else(|| setting.invalid(SYNTAX_ERROR))?;
             return Err(ConfigError::Invalid(format!(
                 "cannot specify both flags: --{flag}={given} and --feature-gates={gate}={enabled} \
                  at the same time, please just use --feature-gates={gate}={enabled}"

@@ -186,7 +186,11 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("unsafe-no-fsync", Bool, FSYNC),
     flag("experimental-enable-lease-checkpoint", Bool, LEASES),
     flag("experimental-enable-lease-checkpoint-persist", Bool, LEASES),
-    flag("experimental-compact-hash-check-enabled", Bool, COMPACT_HASH),
+    flag(
+        "experimental-compact-hash-check-enabled",
+        Bool,
+        COMPACT_HASH,
+    ),
     flag("compact-hash-check-time", Dur, COMPACT_HASH),
     flag("experimental-compact-hash-check-time", Dur, COMPACT_HASH),
     flag("cors", Text, HTTP),

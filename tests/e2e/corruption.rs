@@ -139,13 +139,20 @@ async fn initial_check_refuses_a_member_altered_while_stopped() {
     let altered_member = 2;
     let check = Arc::new(AtomicBool::new(true));
     let flag = check.clone();
-    let mut cluster = Cluster::start_with(ClusterOptions::new(3).arg(ZAP).member_args(move |_| {
-        if flag.load(Ordering::SeqCst) {
-            vec!["--experimental-initial-corrupt-check=true".to_owned()]
-        } else {
-            Vec::new()
-        }
-    }))
+    // etcd 3.4 learns its members for the initial check from its last snapshot only
+    // (corrupt.go's "TODO: handle the case when s.cluster.Members have not been
+    // populated"): a small --snapshot-count makes sure there is one.
+    let mut cluster = Cluster::start_with(
+        ClusterOptions::new(3)
+            .args([ZAP, "--snapshot-count=10"])
+            .member_args(move |_| {
+                if flag.load(Ordering::SeqCst) {
+                    vec!["--experimental-initial-corrupt-check=true".to_owned()]
+                } else {
+                    Vec::new()
+                }
+            }),
+    )
     .await;
     let (value, altered) = marker("initial");
     write_marker(&cluster, altered_member, &value).await;
@@ -160,17 +167,16 @@ async fn initial_check_refuses_a_member_altered_while_stopped() {
     );
 
     cluster.kill9(altered_member);
-    alter_marker(
-        cluster.target(),
-        &cluster.data_dir(altered_member),
-        &value,
-    );
+    alter_marker(cluster.target(), &cluster.data_dir(altered_member), &value);
     let before = cluster.log_len(altered_member);
     cluster.start_member(altered_member);
-    let status = cluster
+    let Some(status) = cluster
         .wait_exit(altered_member, Duration::from_secs(60))
         .await
-        .expect("the altered member stops by itself");
+    else {
+        let log = log_since(&cluster.log_path(altered_member), before);
+        panic!("the altered member did not stop by itself: {log}");
+    };
     assert!(!status.success(), "{status:?}");
     let log = log_since(&cluster.log_path(altered_member), before);
     let id = cluster.member_id(altered_member);
@@ -195,30 +201,36 @@ async fn initial_check_refuses_a_member_altered_while_stopped() {
 
 #[tokio::test]
 async fn periodic_check_raises_corrupt_for_a_member_altered_behind_its_back() {
-    let mut cluster =
-        Cluster::start_with(ClusterOptions::new(3).args([ZAP, "--experimental-corrupt-check-time=1s"]))
-            .await;
+    let mut cluster = Cluster::start_with(
+        ClusterOptions::new(3).args([ZAP, "--experimental-corrupt-check-time=1s"]),
+    )
+    .await;
     let leader = cluster.wait_leader(Duration::from_secs(20)).await;
     let altered_member = (leader + 1) % 3;
     let (value, _) = marker("periodic");
     write_marker(&cluster, altered_member, &value).await;
     cluster.kill9(altered_member);
-    alter_marker(
-        cluster.target(),
-        &cluster.data_dir(altered_member),
-        &value,
-    );
+    alter_marker(cluster.target(), &cluster.data_dir(altered_member), &value);
     cluster.restart(altered_member).await;
 
     let id = cluster.member_id(altered_member);
-    let expected = format!("memberID:{id} alarm:CORRUPT");
-    let deadline = Deadline::after(Duration::from_secs(30), "the CORRUPT alarm");
+    let expected = match cluster.target() {
+        // etcd 3.4's peer HashKV answer has no member id in its header, so its alarm
+        // names member 0 (etcd 3.5 fixed that; QuantyKube names the member, as 3.5).
+        Target::Etcd => "alarm:CORRUPT".to_owned(),
+        Target::Quantykube => format!("memberID:{id} alarm:CORRUPT"),
+    };
+    let started = tokio::time::Instant::now();
     loop {
         let listed = cluster.etcdctl(&["alarm", "list"]).await;
         if listed.stdout.lines().any(|l| l.trim() == expected) {
             break;
         }
-        deadline.tick().await;
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no {expected:?} in `etcdctl alarm list`: {listed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let tails = all_logs(&cluster);
     assert!(
@@ -226,7 +238,11 @@ async fn periodic_check_raises_corrupt_for_a_member_altered_behind_its_back() {
         "the leader logs etcd's warning"
     );
     let mut client = cluster.client(altered_member).await;
-    assert_grpc_error(client.put("after", "x", None).await, Code::DataLoss, CORRUPT);
+    assert_grpc_error(
+        client.put("after", "x", None).await,
+        Code::DataLoss,
+        CORRUPT,
+    );
 }
 
 #[tokio::test]
@@ -252,7 +268,9 @@ async fn checks_never_fire_on_a_healthy_cluster_under_load() {
                 // Bounded by the loop's time; a failed write is retried by the next.
                 let _ = client.put(key, format!("{w}-{n}"), None).await;
                 if n % 7 == 0 {
-                    let _ = client.delete(format!("load/{w}/{}", (n + 3) % 50), None).await;
+                    let _ = client
+                        .delete(format!("load/{w}/{}", (n + 3) % 50), None)
+                        .await;
                 }
                 n += 1;
             }
