@@ -475,18 +475,14 @@ mod tests {
         let before = local(7, 10, 4);
         let after = local(9, 12, 4);
         let same = answer(7, 11, 4);
-        let compacted_later_but_not_past_leader = answer(3, 12, 4);
+        let differs_under_same_compaction = answer(3, 12, 4);
         assert!(judge_periodic(&before, &after, &[(2, &same)]).is_empty());
         // Compacted later than `before` yet not past `after`: not comparable, no blame.
         let later = answer(3, 12, 6);
         let after_compacted = local(9, 12, 6);
         assert!(judge_periodic(&before, &after_compacted, &[(2, &later)]).is_empty());
         assert_eq!(
-            judge_periodic(
-                &before,
-                &after,
-                &[(2, &compacted_later_but_not_past_leader)]
-            ),
+            judge_periodic(&before, &after, &[(2, &differs_under_same_compaction)]),
             vec![Finding::FollowerHashDiffers {
                 follower: 2,
                 hash: 3
