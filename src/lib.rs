@@ -8,6 +8,7 @@ pub mod api;
 pub mod backup;
 pub mod bench;
 pub mod config;
+pub mod corruption;
 pub mod http;
 pub mod identity;
 pub mod lessor;

@@ -60,6 +60,8 @@ pub enum NodeError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Membership(#[from] MembershipError),
+    #[error("{0}")]
+    Corruption(#[from] crate::corruption::CorruptionError),
 }
 
 /// Limits a request is checked against, from etcd's flags.
@@ -209,6 +211,11 @@ impl Node {
             .map_err(|_| status::no_leader())
     }
 
+    /// How this member reaches other members' client URLs.
+    pub fn client_dialer(&self) -> &Arc<dyn Dialer> {
+        &self.dialer
+    }
+
     pub fn etcd_version(&self) -> &str {
         &self.etcd_version
     }
@@ -266,22 +273,28 @@ impl Node {
     /// failure is only logged: the alarm is the cluster's memory of a refusal that
     /// stands anyway.
     pub(crate) async fn raise_alarm(&self, alarm: AlarmType) {
-        let own = AlarmMember {
-            member_id: self.id,
+        self.raise_alarm_for(self.id, alarm).await;
+    }
+
+    /// Raises `alarm` for `member_id` through the log (the leader's corruption check
+    /// names the member it blames), unless that member already has it.
+    pub(crate) async fn raise_alarm_for(&self, member_id: NodeId, alarm: AlarmType) {
+        let wanted = AlarmMember {
+            member_id,
             alarm: alarm.into(),
         };
-        if self.store.alarms().contains(&own) {
+        if self.store.alarms().contains(&wanted) {
             return;
         }
         let raise = Command {
             request: Some(CommandRequest::Alarm(AlarmRequest {
                 action: AlarmAction::Activate.into(),
-                member_id: self.id,
+                member_id,
                 alarm: alarm.into(),
             })),
         };
         if let Err(error) = self.replicate(raise.encode_to_vec()).await {
-            tracing::warn!(alarm = alarm.as_str_name(), error = %error.message(), "failed to raise an alarm");
+            tracing::warn!(alarm = alarm.as_str_name(), member_id = %format!("{member_id:x}"), error = %error.message(), "failed to raise an alarm");
         }
     }
 
@@ -570,6 +583,10 @@ where
         config.lease_checkpoint_interval,
     ));
     let quota_watch = tokio::spawn(crate::quota::watch(node.clone()));
+    let corruption_check = tokio::spawn(crate::corruption::run_periodic(
+        node.clone(),
+        config.corrupt_check_time,
+    ));
     if published {
         tracing::info!("serving clients");
         // As etcd: HTTP shares the client URLs unless it has URLs of its own.
@@ -617,6 +634,7 @@ where
     let _ = stop_tx.send(true);
     lessor.abort();
     quota_watch.abort();
+    corruption_check.abort();
     steward.abort();
     directory.abort();
     if let Err(error) = raft.shutdown().await {
@@ -670,6 +688,18 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     guard.add_removed(store::read_removed_members(&revision_store)?);
     if guard.is_removed(id) {
         return Err(MembershipError::Removed.into());
+    }
+    // As etcd: only a member with data checks, before its raft starts, so a member
+    // that disagrees with its peers never serves nor votes.
+    if config.initial_corrupt_check && has_data {
+        crate::corruption::initial_check(
+            revision_store.clone(),
+            id,
+            &environment.client_dialer,
+            environment.offload,
+            crate::corruption::request_timeout(config.election_timeout),
+        )
+        .await?;
     }
     let token = config.initial_cluster_token.clone();
     let restored = join::read_restored_cluster(&config.data_dir)?;

@@ -108,6 +108,21 @@ pub(super) struct Cli {
     /// List of URLs to listen on for the metrics and health endpoints
     #[arg(long, value_name = "URLS")]
     listen_metrics_urls: Option<String>,
+    /// Check a restarting member's data against its peers' before it serves
+    /// (deprecated in etcd 3.6: --feature-gates=InitialCorruptCheck=true) [default: false]
+    #[arg(long, value_name = "BOOL")]
+    experimental_initial_corrupt_check: Option<String>,
+    /// How often the leader checks every member's data against its own; 0 disables
+    /// [default: 0s]
+    #[arg(long, value_name = "DURATION")]
+    corrupt_check_time: Option<String>,
+    /// Deprecated (etcd 3.6) name of --corrupt-check-time
+    #[arg(long, value_name = "DURATION")]
+    experimental_corrupt_check_time: Option<String>,
+    /// etcd 3.6's feature gates, as Key=true|false,... (InitialCorruptCheck is acted on;
+    /// the others are accepted with a warning; unknown ones are refused)
+    #[arg(long, value_name = "GATES")]
+    feature_gates: Option<String>,
 }
 
 impl Cli {
@@ -152,6 +167,16 @@ impl Cli {
             ("discovery-srv-name", self.discovery_srv_name),
             ("listen-client-http-urls", self.listen_client_http_urls),
             ("listen-metrics-urls", self.listen_metrics_urls),
+            (
+                "experimental-initial-corrupt-check",
+                self.experimental_initial_corrupt_check,
+            ),
+            ("corrupt-check-time", self.corrupt_check_time),
+            (
+                "experimental-corrupt-check-time",
+                self.experimental_corrupt_check_time,
+            ),
+            ("feature-gates", self.feature_gates),
         ]
     }
 }

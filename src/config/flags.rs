@@ -57,9 +57,9 @@ const PERF: Treatment = Treatment::Tuning("it only tunes etcd's performance or r
 const SOCKET: Treatment = Treatment::Tuning("it only sets a socket option on etcd's listeners");
 const OBSERVE: Treatment =
     Treatment::Tuning("it only configures etcd's logs, metrics, profiling or tracing");
-const CHECKS: Treatment = Treatment::Tuning(
-    "it only configures etcd's data corruption checks, which QuantyKube does not run yet",
-);
+/// The compaction-hash check (etcd 3.5.5+'s `CompactHashCheck`) is the one corruption
+/// check not run; config/checks.rs reads the others.
+const COMPACT_HASH: Treatment = Treatment::Tuning(super::checks::COMPACT_HASH_MISSING);
 const LEASES: Treatment = Treatment::Tuning("QuantyKube always checkpoints lease TTLs");
 const DEFRAG: Treatment = Treatment::Tuning(
     "RocksDB reclaims compacted space in the background, and Defragment (which only \
@@ -68,10 +68,6 @@ const DEFRAG: Treatment = Treatment::Tuning(
 const FSYNC: Treatment = Treatment::Tuning("QuantyKube always fsyncs");
 const HTTP: Treatment = Treatment::Tuning(
     "it only affects etcd's HTTP gateway endpoints, which QuantyKube does not serve",
-);
-const GATES: Treatment = Treatment::Tuning(
-    "etcd 3.6's feature gates only toggle corruption checks, lease checkpoints (always on in \
-     QuantyKube) and internal tuning",
 );
 const REFUSED: Treatment = Treatment::Unimplemented(Some(""));
 const fn only(value: &'static str) -> Treatment {
@@ -119,6 +115,11 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("version", Bool, Implemented),
     flag("listen-client-http-urls", Text, Implemented),
     flag("listen-metrics-urls", Text, Implemented),
+    // Corruption checks and feature gates (config/checks.rs).
+    flag("experimental-initial-corrupt-check", Bool, Implemented),
+    flag("corrupt-check-time", Dur, Implemented),
+    flag("experimental-corrupt-check-time", Dur, Implemented),
+    flag("feature-gates", Text, Implemented),
     // TLS (config/tls.rs).
     flag("cert-file", Text, Implemented),
     flag("key-file", Text, Implemented),
@@ -185,13 +186,13 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("unsafe-no-fsync", Bool, FSYNC),
     flag("experimental-enable-lease-checkpoint", Bool, LEASES),
     flag("experimental-enable-lease-checkpoint-persist", Bool, LEASES),
-    flag("experimental-initial-corrupt-check", Bool, CHECKS),
-    flag("corrupt-check-time", Dur, CHECKS),
-    flag("experimental-corrupt-check-time", Dur, CHECKS),
-    flag("experimental-compact-hash-check-enabled", Bool, CHECKS),
-    flag("compact-hash-check-time", Dur, CHECKS),
-    flag("experimental-compact-hash-check-time", Dur, CHECKS),
-    flag("feature-gates", Text, GATES),
+    flag(
+        "experimental-compact-hash-check-enabled",
+        Bool,
+        COMPACT_HASH,
+    ),
+    flag("compact-hash-check-time", Dur, COMPACT_HASH),
+    flag("experimental-compact-hash-check-time", Dur, COMPACT_HASH),
     flag("cors", Text, HTTP),
     flag("host-whitelist", Text, HTTP),
     // Logging, metrics, profiling, tracing.

@@ -26,6 +26,7 @@
 //! `resolve`, which turns the implemented flags into a [`Config`] in etcd's order of
 //! checks and with etcd's defaults.
 
+mod checks;
 mod cli;
 mod flags;
 mod scan;
@@ -128,6 +129,12 @@ pub struct Config {
     pub strict_reconfig_check: bool,
     /// `--max-learners`: how many learners the cluster may have at once.
     pub max_learners: usize,
+    /// `--experimental-initial-corrupt-check` (or the `InitialCorruptCheck` gate): a
+    /// member with data compares its HashKV with its peers' before it starts.
+    pub initial_corrupt_check: bool,
+    /// `--corrupt-check-time`: how often the leader compares every member's HashKV with
+    /// its own; zero (etcd's default) for never.
+    pub corrupt_check_time: Duration,
     /// `--discovery-srv`: the DNS domain whose SRV records list the initial cluster
     /// (`None` when unset or empty). Never set together with `--initial-cluster`.
     pub discovery_srv: Option<String>,
@@ -527,6 +534,7 @@ fn resolve(
     };
     let max_learners = uint_setting(get("max-learners"), 1)?;
     let max_learners = to_usize(get("max-learners"), max_learners)?;
+    let checks = checks::corruption_checks(settings, warnings)?;
 
     let listen_client_http_urls =
         optional_listen_urls(get("listen-client-http-urls"), "listen-client-http-urls")?;
@@ -564,6 +572,8 @@ fn resolve(
         etcd_version,
         strict_reconfig_check,
         max_learners,
+        initial_corrupt_check: checks.initial,
+        corrupt_check_time: checks.period,
         discovery_srv,
         discovery_srv_name,
         listen_client_http_urls,

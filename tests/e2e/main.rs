@@ -9,6 +9,7 @@ mod raw;
 mod bench_tool;
 mod cluster_boundaries;
 mod cluster_info;
+mod corruption;
 mod differential;
 mod dns;
 mod etcdctl;
