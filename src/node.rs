@@ -90,6 +90,9 @@ pub struct Node {
     /// `--watch-progress-notify-interval`.
     watch_progress_interval: Duration,
     lessor: Arc<Lessor>,
+    /// The hashes recorded at this member's latest compactions (the compaction-hash
+    /// check's; empty while it is off).
+    compaction_hashes: Arc<crate::corruption::compaction_hash::CompactionHashes>,
     /// How this member reaches others' client URLs (the leader, for lease requests).
     dialer: Arc<dyn Dialer>,
     election_timeout: Duration,
@@ -161,6 +164,11 @@ impl Node {
     /// The lease timers, which act only while this member leads.
     pub fn lessor(&self) -> &Arc<Lessor> {
         &self.lessor
+    }
+
+    /// The hashes this member recorded at its latest compactions.
+    pub fn compaction_hashes(&self) -> &Arc<crate::corruption::compaction_hash::CompactionHashes> {
+        &self.compaction_hashes
     }
 
     /// `--election-timeout`: what etcd's shortest lease TTL derives from.
@@ -587,6 +595,12 @@ where
         node.clone(),
         config.corrupt_check_time,
     ));
+    let compaction_hash_check = config.compact_hash_check.map(|period| {
+        use crate::corruption::compaction_hash;
+        let recorder = tokio::spawn(compaction_hash::record(node.clone()));
+        let checker = tokio::spawn(compaction_hash::run_check(node.clone(), period));
+        (recorder, checker)
+    });
     if published {
         tracing::info!("serving clients");
         // As etcd: HTTP shares the client URLs unless it has URLs of its own.
@@ -635,6 +649,10 @@ where
     lessor.abort();
     quota_watch.abort();
     corruption_check.abort();
+    if let Some((recorder, checker)) = compaction_hash_check {
+        recorder.abort();
+        checker.abort();
+    }
     steward.abort();
     directory.abort();
     if let Err(error) = raft.shutdown().await {
@@ -796,6 +814,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         offload: environment.offload,
         watch_progress_interval: config.watch_progress_notify_interval,
         lessor: Arc::default(),
+        compaction_hashes: Arc::default(),
         dialer: environment.client_dialer.clone(),
         election_timeout: config.election_timeout,
         guard,

@@ -108,7 +108,25 @@ impl Maintenance for MaintenanceService {
         request: Request<HashKvRequest>,
     ) -> Result<Response<HashKvResponse>, Status> {
         let revision = request.get_ref().revision;
-        let hashed = super::read_store(&self.node, move |store| store.hash_kv(revision)).await?;
+        let hashed = match super::read_store(&self.node, move |store| store.hash_kv(revision)).await
+        {
+            // etcd 3.6 answers a compacted revision with the hash it recorded at that
+            // compaction, when it has one (the compaction-hash check's).
+            Err(status) if status.message() == super::status::COMPACTED => {
+                match self.node.compaction_hashes().get(revision) {
+                    Some(recorded) => crate::store::KvHash {
+                        current: self
+                            .node
+                            .store()
+                            .current_revision()
+                            .map_err(super::status::from_store)?,
+                        ..recorded
+                    },
+                    None => return Err(status),
+                }
+            }
+            other => other?,
+        };
         Ok(Response::new(HashKvResponse {
             header: Some(self.node.header_at(hashed.current)),
             hash: hashed.hash,

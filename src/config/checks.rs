@@ -39,7 +39,12 @@ pub(super) struct CorruptionChecks {
     pub(super) initial: bool,
     /// Zero: no periodic check (etcd's default).
     pub(super) period: Duration,
+    /// The compaction-hash check's period, when it is on.
+    pub(super) compact_hash: Option<Duration>,
 }
+
+/// etcd's default `--compact-hash-check-time`.
+const DEFAULT_COMPACT_HASH_PERIOD: Duration = Duration::from_secs(60);
 
 /// `featuregate.Set`: `Key=bool` pairs separated by commas, empty items skipped, the
 /// last setting of a key winning; an unknown key is refused.
@@ -92,11 +97,7 @@ pub(super) fn corruption_checks(
     }
     for (gate, enabled) in &gates {
         match gate.as_str() {
-            INITIAL_CHECK_GATE => {}
-            COMPACT_HASH_GATE => warnings.push(format!(
-                "--feature-gates {gate}={enabled} is accepted for etcd compatibility but \
-                 ignored: {COMPACT_HASH_MISSING}"
-            )),
+            INITIAL_CHECK_GATE | COMPACT_HASH_GATE => {}
             _ => warnings.push(format!(
                 "--feature-gates {gate}={enabled} is accepted for etcd compatibility but \
                  ignored: it only toggles lease checkpoints (always on in QuantyKube) or \
@@ -133,14 +134,50 @@ pub(super) fn corruption_checks(
             Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
         }
     };
-    Ok(CorruptionChecks { initial, period })
+    let compact_hash_on = match settings.get(COMPACT_HASH_FLAG) {
+        Some(setting) => {
+            warnings.push(format!(
+                "--{COMPACT_HASH_FLAG} is deprecated in v3.6 and will be decommissioned in \
+                 v3.7. Use '--feature-gates={COMPACT_HASH_GATE}=true' instead."
+            ));
+            parse_go_bool(&setting.value).ok_or_else(|| setting.invalid(SYNTAX_ERROR))?
+        }
+        None => gates.get(COMPACT_HASH_GATE).copied().unwrap_or(false),
+    };
+    const OLD_HASH_PERIOD: &str = "experimental-compact-hash-check-time";
+    let hash_period = match (
+        settings.get(OLD_HASH_PERIOD),
+        settings.get("compact-hash-check-time"),
+    ) {
+        (Some(old), _) => {
+            warnings.push(format!(
+                "--{OLD_HASH_PERIOD} is deprecated in v3.6 and will be decommissioned in \
+                 v3.7. Use '--compact-hash-check-time' instead."
+            ));
+            Some(old)
+        }
+        (None, new) => new,
+    };
+    let hash_period = match hash_period {
+        None => DEFAULT_COMPACT_HASH_PERIOD,
+        Some(setting) => {
+            let nanos = parse_go_duration(&setting.value).map_err(|r| setting.invalid(r))?;
+            if compact_hash_on && nanos <= 0 {
+                // etcd 3.6's `Validate`.
+                return Err(ConfigError::Invalid(format!(
+                    "--compact-hash-check-time must be >0 (set to {})",
+                    setting.value
+                )));
+            }
+            Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
+        }
+    };
+    Ok(CorruptionChecks {
+        initial,
+        period,
+        compact_hash: compact_hash_on.then_some(hash_period),
+    })
 }
-
-/// Why `--experimental-compact-hash-check-*` and the `CompactHashCheck` gate are
-/// ignored (the flag table's text too).
-pub(super) const COMPACT_HASH_MISSING: &str =
-    "QuantyKube does not record hashes at compaction yet; --corrupt-check-time compares \
-     every member's HashKV with the leader's instead";
 
 #[cfg(test)]
 mod tests {

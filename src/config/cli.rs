@@ -119,8 +119,19 @@ pub(super) struct Cli {
     /// Deprecated (etcd 3.6) name of --corrupt-check-time
     #[arg(long, value_name = "DURATION")]
     experimental_corrupt_check_time: Option<String>,
-    /// etcd 3.6's feature gates, as Key=true|false,... (InitialCorruptCheck is acted on;
-    /// the others are accepted with a warning; unknown ones are refused)
+    /// Record a hash at each compaction and have the leader compare members' (deprecated
+    /// in etcd 3.6: --feature-gates=CompactHashCheck=true) [default: false]
+    #[arg(long, value_name = "BOOL")]
+    experimental_compact_hash_check_enabled: Option<String>,
+    /// How often the leader compares the hashes recorded at compactions [default: 1m0s]
+    #[arg(long, value_name = "DURATION")]
+    compact_hash_check_time: Option<String>,
+    /// Deprecated (etcd 3.6) name of --compact-hash-check-time
+    #[arg(long, value_name = "DURATION")]
+    experimental_compact_hash_check_time: Option<String>,
+    /// etcd 3.6's feature gates, as Key=true|false,... (InitialCorruptCheck and
+    /// CompactHashCheck are acted on; the others are accepted with a warning; unknown ones
+    /// are refused)
     #[arg(long, value_name = "GATES")]
     feature_gates: Option<String>,
 }
@@ -175,6 +186,15 @@ impl Cli {
             (
                 "experimental-corrupt-check-time",
                 self.experimental_corrupt_check_time,
+            ),
+            (
+                "experimental-compact-hash-check-enabled",
+                self.experimental_compact_hash_check_enabled,
+            ),
+            ("compact-hash-check-time", self.compact_hash_check_time),
+            (
+                "experimental-compact-hash-check-time",
+                self.experimental_compact_hash_check_time,
             ),
             ("feature-gates", self.feature_gates),
         ]

@@ -57,9 +57,6 @@ const PERF: Treatment = Treatment::Tuning("it only tunes etcd's performance or r
 const SOCKET: Treatment = Treatment::Tuning("it only sets a socket option on etcd's listeners");
 const OBSERVE: Treatment =
     Treatment::Tuning("it only configures etcd's logs, metrics, profiling or tracing");
-/// The compaction-hash check (etcd 3.5.5+'s `CompactHashCheck`) is the one corruption
-/// check not run; config/checks.rs reads the others.
-const COMPACT_HASH: Treatment = Treatment::Tuning(super::checks::COMPACT_HASH_MISSING);
 const LEASES: Treatment = Treatment::Tuning("QuantyKube always checkpoints lease TTLs");
 const DEFRAG: Treatment = Treatment::Tuning(
     "RocksDB reclaims compacted space in the background, and Defragment (which only \
@@ -119,6 +116,9 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("experimental-initial-corrupt-check", Bool, Implemented),
     flag("corrupt-check-time", Dur, Implemented),
     flag("experimental-corrupt-check-time", Dur, Implemented),
+    flag("experimental-compact-hash-check-enabled", Bool, Implemented),
+    flag("compact-hash-check-time", Dur, Implemented),
+    flag("experimental-compact-hash-check-time", Dur, Implemented),
     flag("feature-gates", Text, Implemented),
     // TLS (config/tls.rs).
     flag("cert-file", Text, Implemented),
@@ -186,13 +186,6 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("unsafe-no-fsync", Bool, FSYNC),
     flag("experimental-enable-lease-checkpoint", Bool, LEASES),
     flag("experimental-enable-lease-checkpoint-persist", Bool, LEASES),
-    flag(
-        "experimental-compact-hash-check-enabled",
-        Bool,
-        COMPACT_HASH,
-    ),
-    flag("compact-hash-check-time", Dur, COMPACT_HASH),
-    flag("experimental-compact-hash-check-time", Dur, COMPACT_HASH),
     flag("cors", Text, HTTP),
     flag("host-whitelist", Text, HTTP),
     // Logging, metrics, profiling, tracing.

@@ -135,6 +135,10 @@ pub struct Config {
     /// `--corrupt-check-time`: how often the leader compares every member's HashKV with
     /// its own; zero (etcd's default) for never.
     pub corrupt_check_time: Duration,
+    /// `--experimental-compact-hash-check-enabled` (or the `CompactHashCheck` gate) with
+    /// `--compact-hash-check-time`: members record a hash at each compaction and the
+    /// leader compares them this often; `None` when off (etcd's default).
+    pub compact_hash_check: Option<Duration>,
     /// `--discovery-srv`: the DNS domain whose SRV records list the initial cluster
     /// (`None` when unset or empty). Never set together with `--initial-cluster`.
     pub discovery_srv: Option<String>,
@@ -574,6 +578,7 @@ fn resolve(
         max_learners,
         initial_corrupt_check: checks.initial,
         corrupt_check_time: checks.period,
+        compact_hash_check: checks.compact_hash,
         discovery_srv,
         discovery_srv_name,
         listen_client_http_urls,

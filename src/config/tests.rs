@@ -773,9 +773,28 @@ fn corruption_check_flags_and_feature_gates_read_as_etcd_reads_them() {
          --feature-gates=InitialCorruptCheck=true at the same time, please just use \
          --feature-gates=InitialCorruptCheck=true"
     );
-    // The compaction hash check is not run, and says so.
-    let (_, warnings) = run_with(&["--experimental-compact-hash-check-enabled"], &no_env);
+    // The compaction hash check: the old flag (deprecated) or the gate, etcd's default
+    // period, and etcd's refusal of a period that is not positive.
+    let (config, warnings) = run_with(&["--experimental-compact-hash-check-enabled"], &no_env);
+    assert_eq!(config.compact_hash_check, Some(Duration::from_secs(60)));
     assert!(warnings
         .iter()
-        .any(|w| w.contains("QuantyKube does not record hashes at compaction yet")));
+        .any(|w| w.contains("--experimental-compact-hash-check-enabled is deprecated")));
+    assert_eq!(
+        run(&[
+            "--feature-gates=CompactHashCheck=true",
+            "--compact-hash-check-time=5s"
+        ])
+        .compact_hash_check,
+        Some(Duration::from_secs(5))
+    );
+    assert_eq!(
+        run(&["--compact-hash-check-time=5s"]).compact_hash_check,
+        None
+    );
+    assert!(error(&[
+        "--feature-gates=CompactHashCheck=true",
+        "--compact-hash-check-time=0s"
+    ])
+    .contains("--compact-hash-check-time must be >0"));
 }

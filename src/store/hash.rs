@@ -15,6 +15,7 @@
 use crc::{Crc, CRC_32_ISCSI};
 
 use super::encoding::{split_version_key, StoredVersion};
+use super::meta::Revisions;
 use super::range::Reader;
 use super::{RevisionStore, StoreError, CF_KV, CF_LATEST, CF_LEASE};
 
@@ -51,44 +52,21 @@ impl RevisionStore {
         } else {
             revision
         };
-        let mut digest = CASTAGNOLI.digest();
-        // etcd starts with its bucket's name.
-        digest.update(b"key");
-        let mut iter = reader.iterator(CF_KV, None)?;
-        iter.seek_to_first();
-        // The key whose versions are being walked, and whether its newest version at
-        // `at` has been met (versions come newest first).
-        let mut current_key: Vec<u8> = Vec::new();
-        let mut newest_seen = false;
-        while iter.valid() {
-            let (Some(raw_key), Some(record)) = (iter.key(), iter.value()) else {
-                break;
-            };
-            let (escaped, version_revision) = split_version_key(raw_key)?;
-            if escaped != current_key.as_slice() {
-                current_key.clear();
-                current_key.extend_from_slice(escaped);
-                newest_seen = false;
-            }
-            if version_revision <= at {
-                let newest = !newest_seen;
-                newest_seen = true;
-                let kept = version_revision > revisions.compacted
-                    || (newest && !StoredVersion::is_tombstone(record));
-                if kept {
-                    digest.update(raw_key);
-                    digest.update(record);
-                }
-            }
-            iter.next();
+        hash_at(&reader, revisions, at)
+    }
+
+    /// The hash of the key space at the compacted revision itself, which `hash_kv`
+    /// refuses: what a compaction left, equal on members that applied the same history
+    /// up to that compaction whatever they applied since (the compaction-hash check,
+    /// `crate::corruption`). `None` before any compaction.
+    pub fn compaction_hash(&self) -> Result<Option<KvHash>, StoreError> {
+        let snapshot = self.db.snapshot();
+        let reader = Reader::new(self, &snapshot)?;
+        let revisions = reader.revisions();
+        if revisions.compacted < 1 {
+            return Ok(None);
         }
-        iter.status().map_err(StoreError::from)?;
-        Ok(KvHash {
-            hash: digest.finalize(),
-            revision: at,
-            compacted: revisions.compacted,
-            current: revisions.current,
-        })
+        hash_at(&reader, revisions, revisions.compacted).map(Some)
     }
 
     /// etcd's `Hash`: every entry of the key versions, the latest-version index and the
@@ -112,4 +90,46 @@ impl RevisionStore {
         }
         Ok((digest.finalize(), reader.revisions().current))
     }
+}
+
+/// etcd's keep rule at `at` over what `reader` sees (see the module doc).
+fn hash_at(reader: &Reader<'_>, revisions: Revisions, at: i64) -> Result<KvHash, StoreError> {
+    let mut digest = CASTAGNOLI.digest();
+    // etcd starts with its bucket's name.
+    digest.update(b"key");
+    let mut iter = reader.iterator(CF_KV, None)?;
+    iter.seek_to_first();
+    // The key whose versions are being walked, and whether its newest version at
+    // `at` has been met (versions come newest first).
+    let mut current_key: Vec<u8> = Vec::new();
+    let mut newest_seen = false;
+    while iter.valid() {
+        let (Some(raw_key), Some(record)) = (iter.key(), iter.value()) else {
+            break;
+        };
+        let (escaped, version_revision) = split_version_key(raw_key)?;
+        if escaped != current_key.as_slice() {
+            current_key.clear();
+            current_key.extend_from_slice(escaped);
+            newest_seen = false;
+        }
+        if version_revision <= at {
+            let newest = !newest_seen;
+            newest_seen = true;
+            let kept = version_revision > revisions.compacted
+                || (newest && !StoredVersion::is_tombstone(record));
+            if kept {
+                digest.update(raw_key);
+                digest.update(record);
+            }
+        }
+        iter.next();
+    }
+    iter.status().map_err(StoreError::from)?;
+    Ok(KvHash {
+        hash: digest.finalize(),
+        revision: at,
+        compacted: revisions.compacted,
+        current: revisions.current,
+    })
 }

@@ -2,7 +2,8 @@
 //! initial check a restarting member runs before it serves clients
 //! (`--experimental-initial-corrupt-check`, 3.6's `InitialCorruptCheck` gate), and the
 //! leader's periodic check (`--corrupt-check-time`) that raises a CORRUPT alarm, through
-//! the log, for a member whose store disagrees with its own.
+//! the log, for a member whose store disagrees with its own; and the compaction-hash
+//! check (`compaction_hash`).
 //!
 //! Both compare `HashKV` (store/hash.rs: a function of the logical history, so members
 //! at one revision and one compacted revision agree whatever physical compaction did).
@@ -14,6 +15,8 @@
 //! This module owns the checks' decisions and etcd's log lines and error. It never
 //! writes the store itself: an alarm goes through the log like any client's, and a
 //! failed initial check only returns an error that stops startup.
+
+pub mod compaction_hash;
 
 use std::sync::Arc;
 use std::time::Duration;
