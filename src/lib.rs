@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod compactor;
 pub mod config;
 pub mod http;
 pub mod identity;

@@ -540,6 +540,9 @@ where
         node.clone(),
         config.lease_checkpoint_interval,
     ));
+    let compactor = config
+        .auto_compaction
+        .map(|policy| tokio::spawn(crate::compactor::run(node.clone(), policy)));
     if published {
         tracing::info!("serving clients");
         // As etcd: HTTP shares the client URLs unless it has URLs of its own.
@@ -586,6 +589,9 @@ where
     }
     let _ = stop_tx.send(true);
     lessor.abort();
+    if let Some(compactor) = compactor {
+        compactor.abort();
+    }
     steward.abort();
     directory.abort();
     if let Err(error) = raft.shutdown().await {
@@ -672,7 +678,11 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     } else {
         WalSyncer::inline(&db)
     };
-    let log_store = LogStore::with_syncer(db.clone(), syncer)?;
+    let mut log_store = LogStore::with_syncer(db.clone(), syncer)?;
+    if config.force_new_cluster {
+        crate::membership::recovery::force_standalone(&mut log_store, &revision_store, id, cluster_id)
+            .await?;
+    }
     let channels = PeerChannels::with_identity(
         environment.dialer.clone(),
         DialOptions::default(),

@@ -6,12 +6,14 @@ mod harness;
 mod prometheus_text;
 mod raw;
 
+mod auto_compaction;
 mod bench_tool;
 mod cluster_boundaries;
 mod cluster_info;
 mod differential;
 mod dns;
 mod etcdctl;
+mod force_new_cluster;
 mod http2_authority;
 mod kubeadm;
 mod kv_compact;
