@@ -21,7 +21,7 @@ use std::io;
 use openraft::entry::RaftEntry;
 use openraft::storage::RaftLogStorage;
 use openraft::type_config::alias::LeaderIdOf;
-use openraft::vote::{RaftLeaderId, RaftVote};
+use openraft::vote::RaftLeaderId;
 use openraft::{LogIdOptionExt, Membership, RaftLogReader};
 
 use crate::log_store::LogStore;
@@ -116,7 +116,7 @@ pub async fn force_new_cluster(
         .map_or(0, |v| v.leader_id().term())
         .max(commit.map_or(0, |c| c.committed_leader_id().term()))
         .saturating_add(1);
-    let leader = <LeaderIdOf<TypeConfig> as RaftLeaderId>::new_committed(term, id);
+    let leader = <LeaderIdOf<TypeConfig> as RaftLeaderId>::new(term, id).to_committed();
     let log_id = LogId::new(leader, commit.next_index());
     let entry = Entry::new_membership(log_id, alone);
     let vote = Vote::new_committed(term, id);

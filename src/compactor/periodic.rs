@@ -24,7 +24,6 @@ const SAMPLES_PER_INTERVAL: u32 = 10;
 /// The sliding window of sampled revisions and when to compact.
 #[derive(Debug)]
 pub(super) struct Window {
-    retention: Duration,
     /// How often the revision is sampled (and a failure retried).
     sample_every: Duration,
     /// How long after a success the next compaction is due.
@@ -48,7 +47,6 @@ impl Window {
             .unwrap_or(usize::MAX)
             .saturating_add(1);
         Window {
-            retention,
             sample_every,
             compact_every,
             capacity,
@@ -188,7 +186,6 @@ mod tests {
         assert_eq!(day.sample_every, Duration::from_secs(360));
         assert_eq!(day.compact_every, HOUR);
         assert_eq!(day.capacity, 241);
-        assert_eq!(day.retention, 24 * HOUR);
     }
 
     #[tokio::test(start_paused = true)]
