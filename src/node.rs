@@ -680,8 +680,13 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     };
     let mut log_store = LogStore::with_syncer(db.clone(), syncer)?;
     if config.force_new_cluster {
-        crate::membership::recovery::force_standalone(&mut log_store, &revision_store, id, cluster_id)
-            .await?;
+        crate::membership::recovery::force_standalone(
+            &mut log_store,
+            &revision_store,
+            id,
+            cluster_id,
+        )
+        .await?;
     }
     let channels = PeerChannels::with_identity(
         environment.dialer.clone(),

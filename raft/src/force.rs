@@ -68,7 +68,9 @@ pub async fn force_new_cluster(
     let stored_commit = log.read_committed().await?;
     let vote = log.read_vote().await?;
     let commit = stored_commit.max(applied);
-    let first_unapplied = applied.next_index().max(state.last_purged_log_id.next_index());
+    let first_unapplied = applied
+        .next_index()
+        .max(state.last_purged_log_id.next_index());
 
     let newest = newest_membership(log, first_unapplied, state.last_log_id.next_index()).await?;
     let newest = newest.as_ref().unwrap_or(applied_membership.membership());
@@ -90,7 +92,9 @@ pub async fn force_new_cluster(
         .next_index()
         .saturating_sub(commit.next_index());
     let committed = newest_membership(log, first_unapplied, commit.next_index()).await?;
-    let committed = committed.as_ref().unwrap_or(applied_membership.membership());
+    let committed = committed
+        .as_ref()
+        .unwrap_or(applied_membership.membership());
     if is_alone(committed, id) {
         // Only the uncommitted entries added others: dropping them is enough.
         log.rewrite_before_start(keep_through, None, None, None)?;
@@ -301,6 +305,9 @@ mod tests {
         let error = force_new_cluster(&mut store, 9, applied, &membership)
             .await
             .unwrap_err();
-        assert!(matches!(error, ForceNewClusterError::NotAMember(9)), "{error}");
+        assert!(
+            matches!(error, ForceNewClusterError::NotAMember(9)),
+            "{error}"
+        );
     }
 }

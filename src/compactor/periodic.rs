@@ -191,7 +191,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_short_retention_compacts_every_retention_to_the_revision_of_a_retention_ago() {
         let second = Duration::from_secs(1);
-        let compactions = schedule(Duration::from_secs(2), second, Duration::from_millis(8_100)).await;
+        let compactions =
+            schedule(Duration::from_secs(2), second, Duration::from_millis(8_100)).await;
         let times: Vec<u128> = compactions.iter().map(|(t, _)| t.as_millis()).collect();
         assert_eq!(times, [2_000, 4_000, 6_000, 8_000], "{compactions:?}");
         // The first goes to the first sample; then the oldest of the 11 samples kept,

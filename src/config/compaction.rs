@@ -42,7 +42,11 @@ pub(super) fn resolve(
         None | Some("periodic") => false,
         Some("revision") => true,
         // etcd 3.6; 3.4 accepted an empty mode and then ignored an hour count.
-        Some("") => return Err(ConfigError::Invalid("undefined auto-compaction-mode".into())),
+        Some("") => {
+            return Err(ConfigError::Invalid(
+                "undefined auto-compaction-mode".into(),
+            ))
+        }
         Some(other) => {
             return Err(ConfigError::Invalid(format!(
                 "unknown auto-compaction-mode {other:?}"
@@ -132,7 +136,10 @@ fn go_atoi(s: &str) -> Option<i64> {
 mod tests {
     use super::*;
 
-    fn resolve_with(mode: Option<&str>, retention: Option<&str>) -> Result<Option<AutoCompaction>, String> {
+    fn resolve_with(
+        mode: Option<&str>,
+        retention: Option<&str>,
+    ) -> Result<Option<AutoCompaction>, String> {
         let mut settings = BTreeMap::new();
         if let Some(mode) = mode {
             settings.insert(MODE, Setting::flag(MODE, mode.into()));
@@ -209,7 +216,8 @@ mod tests {
 
     #[test]
     fn bad_retentions_get_etcds_errors() {
-        let parse_error = |reason: &str| Err(format!("error parsing CompactionRetention: {reason}"));
+        let parse_error =
+            |reason: &str| Err(format!("error parsing CompactionRetention: {reason}"));
         assert_eq!(
             periodic("garbage"),
             parse_error(r#"time: invalid duration "garbage""#)
@@ -251,7 +259,9 @@ mod tests {
             periodic("-1h"),
             Err(r#"invalid auto-compaction-retention "-1h": must not be negative"#.into())
         );
-        assert!(revision("-1m").unwrap_err().contains("must not be negative"));
+        assert!(revision("-1m")
+            .unwrap_err()
+            .contains("must not be negative"));
         assert!(periodic("9ns").unwrap_err().contains("at least 10ns"));
         assert!(periodic("10ns").is_ok());
         assert!(periodic("3000000").unwrap_err().contains("too many hours"));
@@ -319,7 +329,11 @@ mod tests {
         // An empty variable is unset, as in etcd.
         let config = parsed(&[], &[("ETCD_AUTO_COMPACTION_MODE", "")]).unwrap();
         assert_eq!(config.auto_compaction, None);
-        assert!(!parsed(&["--force-new-cluster=false"], &[]).unwrap().force_new_cluster);
+        assert!(
+            !parsed(&["--force-new-cluster=false"], &[])
+                .unwrap()
+                .force_new_cluster
+        );
         assert!(parsed(&["--force-new-cluster=maybe"], &[])
             .unwrap_err()
             .contains("parse error"));

@@ -20,8 +20,7 @@ pub async fn force_standalone(
     id: NodeId,
     cluster_id: u64,
 ) -> Result<(), MembershipError> {
-    let applied =
-        store::read_applied(store).map_err(|e| MembershipError::Store(e.to_string()))?;
+    let applied = store::read_applied(store).map_err(|e| MembershipError::Store(e.to_string()))?;
     let forced = force_new_cluster(log, id, applied.last_applied, &applied.membership)
         .await
         .map_err(|e| MembershipError::ForceNewCluster(e.to_string()))?;

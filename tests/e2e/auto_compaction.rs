@@ -143,7 +143,12 @@ async fn revision_mode_keeps_the_newest_revisions() {
     wait_all_compacted(&cluster, current, current - 5, timeout).await;
     assert_compacted_for_etcdctl(&cluster, current - 6).await;
     let out = cluster
-        .etcdctl(&["get", "k", &format!("--rev={}", current - 5), "--print-value-only"])
+        .etcdctl(&[
+            "get",
+            "k",
+            &format!("--rev={}", current - 5),
+            "--print-value-only",
+        ])
         .await;
     out.assert_success();
     assert_eq!(out.stdout.trim(), "v14");
@@ -173,10 +178,16 @@ async fn zero_empty_and_long_retentions_start_without_compacting() {
         &["--auto-compaction-retention=1"],
         &["--auto-compaction-retention=+1"],
         &["--auto-compaction-retention=5m"],
-        &["--auto-compaction-mode=revision", "--auto-compaction-retention=1000"],
+        &[
+            "--auto-compaction-mode=revision",
+            "--auto-compaction-retention=1000",
+        ],
     ];
     for args in cases {
-        let cluster = ClusterOptions::new(1).args(args.iter().copied()).start().await;
+        let cluster = ClusterOptions::new(1)
+            .args(args.iter().copied())
+            .start()
+            .await;
         let mut client = cluster.client(0).await;
         for i in 0..3 {
             client.put("k", format!("v{i}"), None).await.expect("put");
@@ -206,8 +217,18 @@ async fn run_to_exit(args: &[&str]) -> (i32, String) {
     let mut cmd = tokio::process::Command::new(binary);
     cmd.arg("--data-dir")
         .arg(&data_dir)
-        .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+        .args([
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ])
         .arg(format!("--initial-cluster=default={peer}"))
         .args(args)
         .current_dir(dir.path())
@@ -254,7 +275,10 @@ async fn bad_values_are_refused_with_etcds_message_and_exit_code() {
             r#"error parsing CompactionRetention: time: unknown unit "_" in duration "1_0""#,
         ),
         (
-            &["--auto-compaction-mode=revision", "--auto-compaction-retention=-5"],
+            &[
+                "--auto-compaction-mode=revision",
+                "--auto-compaction-retention=-5",
+            ],
             r#"error parsing CompactionRetention: time: missing unit in duration "-5""#,
         ),
         (
@@ -262,7 +286,10 @@ async fn bad_values_are_refused_with_etcds_message_and_exit_code() {
             r#"unknown auto-compaction-mode "bogus""#,
         ),
         (
-            &["--auto-compaction-mode=Revision", "--auto-compaction-retention=5"],
+            &[
+                "--auto-compaction-mode=Revision",
+                "--auto-compaction-retention=5",
+            ],
             r#"unknown auto-compaction-mode "Revision""#,
         ),
     ];

@@ -171,7 +171,12 @@ async fn the_survivor_of_a_lost_quorum_restarts_alone_with_its_data_and_takes_me
         .expect("put through the added member");
     let revision = header_rev(put.header());
     for i in [survivor, added] {
-        let got = cluster.client(i).await.get("later", None).await.expect("get");
+        let got = cluster
+            .client(i)
+            .await
+            .get("later", None)
+            .await
+            .expect("get");
         assert_eq!(got.kvs().len(), 1, "member {i}");
         assert_eq!(got.kvs()[0].mod_revision(), revision);
     }

@@ -452,7 +452,7 @@ impl Cluster {
                     .metrics_urls
                     .then(|| format!("http://{ip}:{}", spare_ports(base_port, i)[0])),
                 join: None,
-            flags: Vec::new(),
+                flags: Vec::new(),
             });
         }
         let initial_cluster = members
