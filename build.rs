@@ -13,6 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_protos(
             &[
                 "proto/etcd/etcdserverpb/rpc.proto",
+                "proto/etcd/leasepb/lease.proto",
                 "proto/quantykube/command.proto",
             ],
             &["proto/etcd", "proto"],

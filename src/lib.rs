@@ -5,9 +5,11 @@
 //! See `docs/architecture.md` for the map of modules.
 
 pub mod api;
+pub mod backup;
 pub mod bench;
 pub mod compactor;
 pub mod config;
+pub mod corruption;
 pub mod http;
 pub mod identity;
 pub mod lessor;
@@ -19,6 +21,7 @@ pub mod offload;
 pub mod planted;
 pub mod probes;
 pub mod proto;
+pub mod quota;
 pub mod state_machine;
 pub mod store;
 pub mod transport;

@@ -41,6 +41,13 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|arg| arg == "bench") {
         return quantykube::bench::main(std::env::args_os().skip(2));
     }
+    // `quantykube snapshot status|restore` works on etcd snapshot files offline.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == "snapshot")
+    {
+        return quantykube::backup::cli::main(std::env::args_os().skip(2));
+    }
     let invocation = match config::parse(std::env::args_os(), &|key| std::env::var(key).ok()) {
         Ok(invocation) => invocation,
         Err(config::ConfigError::Usage(e)) => {

@@ -40,7 +40,8 @@ use crate::offload::Offload;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
 use crate::proto::command::{Command, CommandResult, MemberAttributes};
-use crate::proto::etcdserverpb::ResponseHeader;
+use crate::proto::etcdserverpb::alarm_request::AlarmAction;
+use crate::proto::etcdserverpb::{AlarmMember, AlarmRequest, AlarmType, ResponseHeader};
 use crate::state_machine::StateMachine;
 use crate::store::{self, RevisionStore};
 use crate::transport::{Connection, Listeners, ServerTls, Transport, TransportError};
@@ -59,6 +60,8 @@ pub enum NodeError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Membership(#[from] MembershipError),
+    #[error("{0}")]
+    Corruption(#[from] crate::corruption::CorruptionError),
 }
 
 /// Limits a request is checked against, from etcd's flags.
@@ -68,6 +71,8 @@ pub struct Limits {
     pub max_txn_ops: usize,
     /// `--quota-backend-bytes`; `None` when the quota is disabled.
     pub quota_backend_bytes: Option<u64>,
+    /// `--quota-backend-bytes` as given (0 when unset), for `Status.dbSizeQuota`.
+    pub quota_backend_bytes_flag: i64,
 }
 
 /// What API handlers share: this member's store, raft, identity and limits.
@@ -206,8 +211,24 @@ impl Node {
             .map_err(|_| status::no_leader())
     }
 
+    /// How this member reaches other members' client URLs.
+    pub fn client_dialer(&self) -> &Arc<dyn Dialer> {
+        &self.dialer
+    }
+
     pub fn etcd_version(&self) -> &str {
         &self.etcd_version
+    }
+
+    /// The cluster's and the storage format's version as etcd 3.6 reports them
+    /// (`/version`, `Status.storageVersion`, the Snapshot RPC's `version`): this
+    /// member's `major.minor.0`.
+    pub fn storage_version(&self) -> String {
+        let mut parts = self.etcd_version.split('.');
+        match (parts.next(), parts.next()) {
+            (Some(major), Some(minor)) => format!("{major}.{minor}.0"),
+            _ => self.etcd_version.clone(),
+        }
     }
 
     /// A full response header: the store revision the handler got, and this member's
@@ -238,26 +259,47 @@ impl Node {
         if encoded.len() > self.limits.max_request_bytes {
             return Err(status::request_too_large());
         }
-        if let Some(quota) = self.limits.quota_backend_bytes {
-            // As etcd's quota: a request that may add data is refused once the store
-            // plus the request would exceed it; deletes and compaction still pass.
-            let grows = match &command.request {
-                Some(CommandRequest::Put(_)) => true,
-                Some(CommandRequest::Txn(txn)) => crate::store::txn::has_put(txn),
-                _ => false,
-            };
-            let size = self
-                .store
-                .approximate_size()
-                .saturating_add(encoded.len() as u64);
-            if grows && size > quota {
-                return Err(status::no_space());
-            }
+        if let Some(request) = &command.request {
+            crate::quota::check(self, request).await?;
         }
         #[cfg(feature = "planted-bugs")]
         if let Some(acknowledged) = self.planted_early_ack(&command, &encoded) {
             return Ok(Some(acknowledged));
         }
+        self.replicate(encoded).await
+    }
+
+    /// Proposes ACTIVATE of `alarm` for this member, unless it is already active. Its
+    /// failure is only logged: the alarm is the cluster's memory of a refusal that
+    /// stands anyway.
+    pub(crate) async fn raise_alarm(&self, alarm: AlarmType) {
+        self.raise_alarm_for(self.id, alarm).await;
+    }
+
+    /// Raises `alarm` for `member_id` through the log (the leader's corruption check
+    /// names the member it blames), unless that member already has it.
+    pub(crate) async fn raise_alarm_for(&self, member_id: NodeId, alarm: AlarmType) {
+        let wanted = AlarmMember {
+            member_id,
+            alarm: alarm.into(),
+        };
+        if self.store.alarms().contains(&wanted) {
+            return;
+        }
+        let raise = Command {
+            request: Some(CommandRequest::Alarm(AlarmRequest {
+                action: AlarmAction::Activate.into(),
+                member_id,
+                alarm: alarm.into(),
+            })),
+        };
+        if let Err(error) = self.replicate(raise.encode_to_vec()).await {
+            tracing::warn!(alarm = alarm.as_str_name(), member_id = %format!("{member_id:x}"), error = %error.message(), "failed to raise an alarm");
+        }
+    }
+
+    /// Writes one encoded command through raft and returns what applying it produced.
+    async fn replicate(&self, encoded: Vec<u8>) -> Result<Option<Outcome>, Status> {
         let outcome = self
             .client
             .write(RaftCommand(encoded.into()))
@@ -543,6 +585,11 @@ where
     let compactor = config
         .auto_compaction
         .map(|policy| tokio::spawn(crate::compactor::run(node.clone(), policy)));
+    let quota_watch = tokio::spawn(crate::quota::watch(node.clone()));
+    let corruption_check = tokio::spawn(crate::corruption::run_periodic(
+        node.clone(),
+        config.corrupt_check_time,
+    ));
     if published {
         tracing::info!("serving clients");
         // As etcd: HTTP shares the client URLs unless it has URLs of its own.
@@ -592,6 +639,8 @@ where
     if let Some(compactor) = compactor {
         compactor.abort();
     }
+    quota_watch.abort();
+    corruption_check.abort();
     steward.abort();
     directory.abort();
     if let Err(error) = raft.shutdown().await {
@@ -646,19 +695,35 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     if guard.is_removed(id) {
         return Err(MembershipError::Removed.into());
     }
+    // As etcd: only a member with data checks, before its raft starts, so a member
+    // that disagrees with its peers never serves nor votes.
+    if config.initial_corrupt_check && has_data {
+        crate::corruption::initial_check(
+            revision_store.clone(),
+            id,
+            &environment.client_dialer,
+            environment.offload,
+            crate::corruption::request_timeout(config.election_timeout),
+        )
+        .await?;
+    }
     let token = config.initial_cluster_token.clone();
-    let members: BTreeMap<NodeId, Member> = config
-        .initial_cluster
-        .iter()
-        .map(|m| {
-            let member = Member {
-                name: m.name.clone(),
-                peer_urls: m.peer_urls.iter().map(|u| u.to_string()).collect(),
-                client_urls: Vec::new(),
-            };
-            (identity::member_id(&member.peer_urls, &token), member)
-        })
-        .collect();
+    let restored = join::read_restored_cluster(&config.data_dir)?;
+    let members: BTreeMap<NodeId, Member> = match &restored {
+        Some(members) => members.clone(),
+        None => config
+            .initial_cluster
+            .iter()
+            .map(|m| {
+                let member = Member {
+                    name: m.name.clone(),
+                    peer_urls: m.peer_urls.iter().map(|u| u.to_string()).collect(),
+                    client_urls: Vec::new(),
+                };
+                (identity::member_id(&member.peer_urls, &token), member)
+            })
+            .collect(),
+    };
 
     let raft_config = Arc::new(raft_config(
         config.heartbeat_interval,
@@ -709,6 +774,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     // A member that joins waits for the leader to replicate to it; only founding members
     // (also one restarted before its first initialize) write the initial membership.
     let founding = matches!(start, Start::Bootstrap(_))
+        || restored.is_some()
         || config.initial_cluster_state == crate::config::ClusterState::New;
     if fresh && founding && !matches!(start, Start::Join(_)) {
         // Every founding member writes the same initial membership, as every etcd member
@@ -739,6 +805,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
             max_request_bytes: config.max_request_bytes,
             max_txn_ops: config.max_txn_ops,
             quota_backend_bytes: config.quota_backend_bytes,
+            quota_backend_bytes_flag: config.quota_backend_bytes_flag,
         },
         etcd_version: config.etcd_version.clone(),
         offload: environment.offload,

@@ -6,35 +6,36 @@
 //! This module owns the checks' meaning and their errors' text (etcd's). It never
 //! formats a response: the endpoints do.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::Instant;
 
 use crate::node::Node;
+use crate::proto::etcdserverpb::{AlarmMember, AlarmType};
 
-/// An alarm etcd raises. QuantyKube raises none yet (alarms arrive with the
-/// maintenance work), so the list below is always empty; the checks read it anyway,
-/// so that they change with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Alarm {
-    NoSpace,
-    Corrupt,
+/// The cluster's active alarms (every member's, as etcd's `Alarms()`), in member id
+/// then type order.
+pub fn alarms(node: &Node) -> Vec<AlarmMember> {
+    node.store().alarms()
 }
 
-impl Alarm {
-    /// etcd's `pb.AlarmType` name, as `?exclude=` and the reasons spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Alarm::NoSpace => "NOSPACE",
-            Alarm::Corrupt => "CORRUPT",
-        }
-    }
-}
-
-/// The member's active alarms.
-pub fn alarms(_node: &Node) -> Vec<Alarm> {
-    Vec::new()
+/// etcd's `checkAlarms`: the `/health` reason for the first active alarm whose type
+/// `excluded` does not name (as Go prints the type: `NOSPACE`, or its number).
+pub fn alarm_failure(node: &Node, excluded: &BTreeSet<String>) -> Option<&'static str> {
+    let alarm = alarms(node)
+        .into_iter()
+        .find(|a| !excluded.contains(&crate::store::alarm_name(a.alarm)))?;
+    tracing::warn!(
+        alarm = %crate::store::alarm_text(&alarm),
+        "serving /health false due to an alarm"
+    );
+    Some(match AlarmType::try_from(alarm.alarm) {
+        Ok(AlarmType::Nospace) => "ALARM NOSPACE",
+        Ok(AlarmType::Corrupt) => "ALARM CORRUPT",
+        _ => "ALARM UNKNOWN",
+    })
 }
 
 /// etcd's `ReqTimeout()`: how long a probe's read may take.
@@ -103,10 +104,10 @@ pub fn non_learner(node: &Node) -> Result<(), String> {
     }
 }
 
-/// etcd's `activeAlarmCheck`.
-pub fn no_alarm(node: &Node, alarm: Alarm) -> Result<(), String> {
-    if alarms(node).contains(&alarm) {
-        Err(format!("alarm activated: {}", alarm.name()))
+/// etcd's `activeAlarmCheck`: fails while any member has raised `alarm`.
+pub fn no_alarm(node: &Node, alarm: AlarmType) -> Result<(), String> {
+    if node.store().has_alarm(alarm) {
+        Err(format!("alarm activated: {}", alarm.as_str_name()))
     } else {
         Ok(())
     }

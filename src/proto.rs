@@ -11,6 +11,10 @@ pub mod authpb {
     tonic::include_proto!("authpb");
 }
 
+pub mod leasepb {
+    tonic::include_proto!("leasepb");
+}
+
 pub mod etcdserverpb {
     tonic::include_proto!("etcdserverpb");
 }

@@ -3,7 +3,8 @@
 //!
 //! A follower's raft state keeps naming the last leader it heard from, even after that
 //! leader died, so the member probes instead: one read index per period, the same check
-//! `etcdctl endpoint health` makes with its linearizable read (`probes`).
+//! `etcdctl endpoint health` makes with its linearizable read (`probes`). Alarms do not
+//! change it, as they do not change etcd's: a member with NOSPACE still serves reads.
 
 use std::sync::Arc;
 

@@ -1,7 +1,8 @@
-//! etcdserverpb.Maintenance: Status, Alarm (QuantyKube raises no alarms), MoveLeader
-//! (on the leader; a follower relays it there, where etcd would answer `not leader`),
-//! and Hash and HashKV of this member's store (`store::hash`), as etcd answers them
-//! locally. The rest (Defragment, Snapshot, Downgrade) answer Unimplemented.
+//! etcdserverpb.Maintenance: Status with every field etcd 3.6 fills, Alarm (through the
+//! log, as etcd's; alarms live in `store::alarm`), Defragment of this member's store,
+//! Downgrade (`downgrade`), MoveLeader (on the leader; a follower relays it there,
+//! where etcd would answer `not leader`), Hash and HashKV of this member's store
+//! (`store::hash`), as etcd answers them locally, and Snapshot (`snapshot`).
 
 use std::sync::Arc;
 
@@ -10,12 +11,15 @@ use tonic::{Request, Response, Status};
 
 use super::status;
 use crate::node::Node;
-use crate::proto::etcdserverpb::alarm_request::AlarmAction;
+use crate::proto::command::command::Request as CommandRequest;
+use crate::proto::command::command_result::Result as Outcome;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
 use crate::proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse,
-    MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, StatusRequest, StatusResponse,
+    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeInfo,
+    DowngradeRequest, DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse,
+    MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, SnapshotRequest, StatusRequest,
+    StatusResponse,
 };
 
 /// How long a leader transfer may take before etcd's timeout error.
@@ -39,25 +43,55 @@ impl MaintenanceService {
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
+    async fn snapshot(
+        &self,
+        _: Request<SnapshotRequest>,
+    ) -> Result<Response<super::snapshot::SnapshotStream>, Status> {
+        Ok(Response::new(super::snapshot::stream(
+            &self.node,
+            self.header()?,
+        )))
+    }
+
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         // Status must answer without a leader too, so the read index is best effort: with
         // one, every member reports the revision of everything committed so far.
         let _ = tokio::time::timeout(STATUS_READ_INDEX_WAIT, self.node.read_barrier()).await;
         let metrics = self.node.raft().metrics().borrow_watched().clone();
         let is_learner = self.node.is_learner();
-        let db_size = i64::try_from(self.node.store().approximate_size()).unwrap_or(i64::MAX);
+        let store = self.node.store();
+        let size = |bytes: u64| i64::try_from(bytes).unwrap_or(i64::MAX);
+        let leader = metrics.current_leader.unwrap_or(0);
+        let applied_index = metrics.last_applied.map_or(0, |l| l.index);
+        let mut errors = Vec::new();
+        if leader == 0 {
+            errors.push(status::no_leader().message().to_string());
+        }
+        // etcd lists every member's alarms, each as Go prints an AlarmMember.
+        errors.extend(store.alarms().iter().map(crate::store::alarm_text));
         Ok(Response::new(StatusResponse {
             header: Some(self.header()?),
             version: self.node.etcd_version().to_string(),
-            db_size,
-            leader: metrics.current_leader.unwrap_or(0),
-            raft_index: metrics.last_log_index.unwrap_or(0),
+            db_size: size(store.approximate_size()),
+            leader,
+            // etcd's CommittedIndex; never below what this member applied (openraft
+            // learns its commit index anew after a restart).
+            raft_index: metrics
+                .local_committed
+                .map_or(0, |l| l.index)
+                .max(applied_index),
             raft_term: metrics.current_term,
-            raft_applied_index: metrics.last_applied.map_or(0, |l| l.index),
-            errors: Vec::new(),
-            db_size_in_use: db_size,
+            raft_applied_index: applied_index,
+            errors,
+            db_size_in_use: size(store.approximate_size_in_use()),
             is_learner,
-            ..Default::default()
+            storage_version: self.node.storage_version(),
+            // etcd 3.6 reports the flag as given: 0 for its 2 GiB default.
+            db_size_quota: self.node.limits().quota_backend_bytes_flag,
+            downgrade_info: Some(DowngradeInfo {
+                enabled: false,
+                target_version: String::new(),
+            }),
         }))
     }
 
@@ -111,15 +145,51 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<AlarmRequest>,
     ) -> Result<Response<AlarmResponse>, Status> {
-        match request.get_ref().action() {
-            AlarmAction::Get => Ok(Response::new(AlarmResponse {
-                header: Some(self.header()?),
-                alarms: Vec::new(),
-            })),
-            action => Err(Status::unimplemented(format!(
-                "etcdserverpb.Maintenance/Alarm {} is not implemented by QuantyKube yet",
-                action.as_str_name()
-            ))),
+        let request = request.into_inner();
+        tracing::debug!(
+            action = request.action,
+            member_id = %format!("{:x}", request.member_id),
+            alarm = request.alarm,
+            "alarm request"
+        );
+        match self.node.propose(CommandRequest::Alarm(request)).await? {
+            Some(Outcome::Alarm(mut response)) => {
+                // Filled once applied, as etcd does, so the revision is current.
+                response.header = Some(self.header()?);
+                Ok(Response::new(response))
+            }
+            other => Err(status::internal("alarm", &format!("{other:?}"))),
         }
+    }
+
+    async fn defragment(
+        &self,
+        _: Request<DefragmentRequest>,
+    ) -> Result<Response<DefragmentResponse>, Status> {
+        tracing::info!("starting defragment");
+        // On a blocking thread: reads and writes go on meanwhile. Not behind the
+        // snapshot install gate, which would hold raft's apply for the whole run:
+        // RocksDB compacts files while an install rewrites them just as well.
+        let store = self.node.store().clone();
+        self.node
+            .offload()
+            .run(move || store.defragment())
+            .await
+            .map_err(|e| status::internal("defragment", &e))?
+            .map_err(status::from_store)
+            .inspect_err(
+                |error| tracing::warn!(error = %error.message(), "failed to defragment"),
+            )?;
+        tracing::info!("finished defragment");
+        Ok(Response::new(DefragmentResponse { header: None }))
+    }
+
+    async fn downgrade(
+        &self,
+        request: Request<DowngradeRequest>,
+    ) -> Result<Response<DowngradeResponse>, Status> {
+        let mut response = super::downgrade::downgrade(&self.node, request.get_ref()).await?;
+        response.header = Some(self.header()?);
+        Ok(Response::new(response))
     }
 }

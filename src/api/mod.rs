@@ -7,11 +7,13 @@
 
 pub mod cluster;
 pub mod compat_layer;
+pub mod downgrade;
 pub mod health;
 pub mod kv;
 pub mod learner_gate;
 pub mod lease;
 pub mod maintenance;
+pub mod snapshot;
 pub mod status;
 pub mod unimplemented;
 pub mod validate;

@@ -38,6 +38,21 @@ pub fn request_too_large() -> Status {
 pub fn no_space() -> Status {
     Status::resource_exhausted("etcdserver: mvcc: database space exceeded")
 }
+/// etcd's `ErrGRPCCorrupt`, what a member answers while a CORRUPT alarm is active.
+pub fn corrupt() -> Status {
+    Status::data_loss("etcdserver: corrupt cluster")
+}
+/// etcd 3.6's downgrade errors (server/etcdserver/errors, server/etcdserver/version).
+pub fn wrong_downgrade_version_format() -> Status {
+    Status::invalid_argument("etcdserver: wrong downgrade target version format")
+}
+pub fn invalid_downgrade_target_version() -> Status {
+    Status::invalid_argument("etcdserver: invalid downgrade target version")
+}
+/// etcd's `ErrUnknownMethod`, which no gRPC mapping names, so grpc-go sends Unknown.
+pub fn unknown_method() -> Status {
+    Status::unknown("etcdserver: unknown method")
+}
 /// etcd's text for a revision compaction removed, also a watch's cancel reason.
 pub const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
 
@@ -118,7 +133,16 @@ pub fn from_store(error: StoreError) -> Status {
         StoreError::KeyNotFound => key_not_found(),
         StoreError::LeaseNotFound => lease_not_found(),
         StoreError::LeaseExists => lease_exists(),
+        StoreError::NoSpace => no_space(),
+        StoreError::CorruptAlarm => corrupt(),
         other => internal("store", &other),
+    }
+}
+
+pub fn from_backup(error: crate::backup::BackupError) -> Status {
+    match error {
+        crate::backup::BackupError::Store(store) => from_store(store),
+        other => internal("snapshot", &other),
     }
 }
 
@@ -129,6 +153,8 @@ pub fn from_command_error(kind: Kind) -> Status {
         Kind::KeyNotFound => key_not_found(),
         Kind::LeaseNotFound => lease_not_found(),
         Kind::LeaseExists => lease_exists(),
+        Kind::NoSpace => no_space(),
+        Kind::Corrupt => corrupt(),
         Kind::Unspecified => internal("apply", &"unspecified command error"),
     }
 }

@@ -63,8 +63,8 @@ pub(super) struct Cli {
     /// Number of committed transactions to trigger a snapshot [default: 10000]
     #[arg(long, value_name = "N")]
     snapshot_count: Option<String>,
-    /// Raise alarms when the backend size exceeds this many bytes; 0 means 2 GiB,
-    /// negative means no quota [default: 0]
+    /// Refuse writes and raise a NOSPACE alarm once the store would reach this many
+    /// bytes; 0 means 2 GiB, negative means no quota [default: 0]
     #[arg(long, value_name = "BYTES")]
     quota_backend_bytes: Option<String>,
     /// Maximum client request size in bytes the server will accept [default: 1572864]
@@ -124,6 +124,21 @@ pub(super) struct Cli {
     /// a lost quorum; remove the flag once other members are added back) [default: false]
     #[arg(long, value_name = "BOOL")]
     force_new_cluster: Option<String>,
+    /// Check a restarting member's data against its peers' before it serves
+    /// (deprecated in etcd 3.6: --feature-gates=InitialCorruptCheck=true) [default: false]
+    #[arg(long, value_name = "BOOL")]
+    experimental_initial_corrupt_check: Option<String>,
+    /// How often the leader checks every member's data against its own; 0 disables
+    /// [default: 0s]
+    #[arg(long, value_name = "DURATION")]
+    corrupt_check_time: Option<String>,
+    /// Deprecated (etcd 3.6) name of --corrupt-check-time
+    #[arg(long, value_name = "DURATION")]
+    experimental_corrupt_check_time: Option<String>,
+    /// etcd 3.6's feature gates, as Key=true|false,... (InitialCorruptCheck is acted on;
+    /// the others are accepted with a warning; unknown ones are refused)
+    #[arg(long, value_name = "GATES")]
+    feature_gates: Option<String>,
 }
 
 impl Cli {
@@ -175,6 +190,16 @@ impl Cli {
                 self.auto_compaction_revision_interval,
             ),
             ("force-new-cluster", self.force_new_cluster),
+            (
+                "experimental-initial-corrupt-check",
+                self.experimental_initial_corrupt_check,
+            ),
+            ("corrupt-check-time", self.corrupt_check_time),
+            (
+                "experimental-corrupt-check-time",
+                self.experimental_corrupt_check_time,
+            ),
+            ("feature-gates", self.feature_gates),
         ]
     }
 }

@@ -27,6 +27,7 @@
 //! `resolve`, which turns the implemented flags into a [`Config`] in etcd's order of
 //! checks and with etcd's defaults.
 
+mod checks;
 mod cli;
 mod compaction;
 mod flags;
@@ -114,6 +115,9 @@ pub struct Config {
     /// `None`: no quota (etcd's meaning of a negative value). `Some(bytes)`: an explicit 0
     /// already replaced by etcd's 2 GiB default.
     pub quota_backend_bytes: Option<u64>,
+    /// `--quota-backend-bytes` as given (0 when unset): what etcd 3.6 reports as
+    /// `Status.dbSizeQuota`.
+    pub quota_backend_bytes_flag: i64,
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
     pub log_level: LogLevel,
@@ -128,6 +132,12 @@ pub struct Config {
     pub strict_reconfig_check: bool,
     /// `--max-learners`: how many learners the cluster may have at once.
     pub max_learners: usize,
+    /// `--experimental-initial-corrupt-check` (or the `InitialCorruptCheck` gate): a
+    /// member with data compares its HashKV with its peers' before it starts.
+    pub initial_corrupt_check: bool,
+    /// `--corrupt-check-time`: how often the leader compares every member's HashKV with
+    /// its own; zero (etcd's default) for never.
+    pub corrupt_check_time: Duration,
     /// `--discovery-srv`: the DNS domain whose SRV records list the initial cluster
     /// (`None` when unset or empty). Never set together with `--initial-cluster`.
     pub discovery_srv: Option<String>,
@@ -348,6 +358,30 @@ pub fn verify_bootstrap(config: &Config) -> Result<(), ConfigError> {
     )
 }
 
+/// The members of a new cluster as `snapshot restore` takes them (`--name`,
+/// `--initial-cluster`, `--initial-advertise-peer-urls`), parsed and checked as a
+/// member's bootstrap flags are, with the same errors.
+pub fn restore_members(
+    name: &str,
+    initial_cluster: &str,
+    initial_advertise_peer_urls: &str,
+) -> Result<Vec<ClusterMember>, ConfigError> {
+    let cluster = parse_initial_cluster(&Setting::flag(
+        "initial-cluster",
+        initial_cluster.to_string(),
+    ))?;
+    let advertised = advertise_urls(
+        Some(&Setting::flag(
+            "initial-advertise-peer-urls",
+            initial_advertise_peer_urls.to_string(),
+        )),
+        "initial-advertise-peer-urls",
+        DEFAULT_PEER_URLS,
+    )?;
+    check_initial_cluster(name, &advertised, &cluster, ClusterState::New)?;
+    Ok(cluster)
+}
+
 /// Builds the configuration from the explicitly set implemented flags, in the order
 /// etcd validates them, so that the first error is etcd's first error.
 fn resolve(
@@ -466,12 +500,14 @@ fn resolve(
         );
     }
 
-    let quota_backend_bytes = match get("quota-backend-bytes") {
-        None => Some(DEFAULT_QUOTA_BACKEND_BYTES),
-        Some(s) => match parse_go_int(&s.value).map_err(|r| s.invalid(r))? {
-            0 => Some(DEFAULT_QUOTA_BACKEND_BYTES),
-            n => u64::try_from(n).ok(),
-        },
+    let quota_backend_bytes_flag = match get("quota-backend-bytes") {
+        None => 0,
+        Some(s) => parse_go_int(&s.value).map_err(|r| s.invalid(r))?,
+    };
+    let quota_backend_bytes = match quota_backend_bytes_flag {
+        0 => Some(DEFAULT_QUOTA_BACKEND_BYTES),
+        // Negative: no quota, as etcd's passthrough quota.
+        n => u64::try_from(n).ok(),
     };
 
     let max_request_bytes = uint_setting(get("max-request-bytes"), 1_572_864)?;
@@ -506,6 +542,7 @@ fn resolve(
     };
     let max_learners = uint_setting(get("max-learners"), 1)?;
     let max_learners = to_usize(get("max-learners"), max_learners)?;
+    let checks = checks::corruption_checks(settings, warnings)?;
 
     let force_new_cluster = match get("force-new-cluster") {
         None => false,
@@ -542,6 +579,7 @@ fn resolve(
         election_timeout: Duration::from_millis(election_ms),
         snapshot_count,
         quota_backend_bytes,
+        quota_backend_bytes_flag,
         max_request_bytes,
         max_txn_ops,
         log_level,
@@ -550,6 +588,8 @@ fn resolve(
         etcd_version,
         strict_reconfig_check,
         max_learners,
+        initial_corrupt_check: checks.initial,
+        corrupt_check_time: checks.period,
         discovery_srv,
         discovery_srv_name,
         listen_client_http_urls,

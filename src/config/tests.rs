@@ -700,3 +700,82 @@ fn flag_table_and_clap_command_agree() {
     }
     command().debug_assert();
 }
+
+#[test]
+fn the_quota_keeps_etcds_meaning_and_the_flag_as_given() {
+    let quota = |args: &[&str]| {
+        let config = run(args);
+        (config.quota_backend_bytes, config.quota_backend_bytes_flag)
+    };
+    // Unset and 0: etcd's 2 GiB, reported by Status.dbSizeQuota as 0 (etcd 3.6).
+    assert_eq!(quota(&[]), (Some(2 << 30), 0));
+    assert_eq!(quota(&["--quota-backend-bytes=0"]), (Some(2 << 30), 0));
+    // Negative: no quota.
+    assert_eq!(quota(&["--quota-backend-bytes=-5"]), (None, -5));
+    // Above etcd's suggested 8 GiB: taken as given.
+    assert_eq!(
+        quota(&["--quota-backend-bytes", "17179869184"]),
+        (Some(16 << 30), 16 << 30)
+    );
+    assert!(error(&["--quota-backend-bytes=2GiB"]).contains("--quota-backend-bytes"));
+}
+
+#[test]
+fn corruption_check_flags_and_feature_gates_read_as_etcd_reads_them() {
+    let config = run(&[]);
+    assert!(!config.initial_corrupt_check);
+    assert_eq!(config.corrupt_check_time, Duration::ZERO);
+
+    let (config, warnings) = run_with(
+        &[
+            "--experimental-initial-corrupt-check",
+            "--corrupt-check-time=5m",
+        ],
+        &no_env,
+    );
+    assert!(config.initial_corrupt_check);
+    assert_eq!(config.corrupt_check_time, Duration::from_secs(300));
+    assert!(warnings.iter().any(|w| w.contains(
+        "--experimental-initial-corrupt-check is deprecated in v3.6 and will be decommissioned \
+         in v3.7. Use '--feature-gates=InitialCorruptCheck=true' instead."
+    )));
+
+    let (config, warnings) = run_with(
+        &[
+            "--feature-gates=InitialCorruptCheck=true,LeaseCheckpoint=true",
+            "--experimental-corrupt-check-time",
+            "2s",
+        ],
+        &no_env,
+    );
+    assert!(config.initial_corrupt_check);
+    assert_eq!(config.corrupt_check_time, Duration::from_secs(2));
+    assert!(warnings
+        .iter()
+        .any(|w| w.contains("--experimental-corrupt-check-time is deprecated")));
+    assert!(warnings
+        .iter()
+        .any(|w| w.contains("--feature-gates LeaseCheckpoint=true is accepted")));
+    // A negative period, as etcd, runs no check.
+    assert_eq!(
+        run(&["--corrupt-check-time=-1s"]).corrupt_check_time,
+        Duration::ZERO
+    );
+
+    assert!(error(&["--feature-gates=Bogus=true"]).contains("unrecognized feature gate: Bogus"));
+    assert!(error(&["--corrupt-check-time=soon"]).contains("soon"));
+    assert_eq!(
+        error(&[
+            "--experimental-initial-corrupt-check=false",
+            "--feature-gates=InitialCorruptCheck=true"
+        ]),
+        "cannot specify both flags: --experimental-initial-corrupt-check=false and \
+         --feature-gates=InitialCorruptCheck=true at the same time, please just use \
+         --feature-gates=InitialCorruptCheck=true"
+    );
+    // The compaction hash check is not run, and says so.
+    let (_, warnings) = run_with(&["--experimental-compact-hash-check-enabled"], &no_env);
+    assert!(warnings
+        .iter()
+        .any(|w| w.contains("QuantyKube does not record hashes at compaction yet")));
+}

@@ -10,7 +10,8 @@ use axum::body::Body;
 use axum::http::{header, Method, Response, StatusCode, Uri};
 
 use crate::node::Node;
-use crate::probes::{self, Alarm};
+use crate::probes;
+use crate::proto::etcdserverpb::AlarmType;
 
 /// The query parameters the endpoints read, as Go's `url.Values` holds them.
 struct Query {
@@ -119,11 +120,8 @@ async fn health_failure(
     excluded: &BTreeSet<String>,
     serializable: bool,
 ) -> Option<String> {
-    if let Some(alarm) = probes::alarms(node)
-        .into_iter()
-        .find(|a| !excluded.contains(a.name()))
-    {
-        return Some(format!("ALARM {}", alarm.name()));
+    if let Some(reason) = probes::alarm_failure(node, excluded) {
+        return Some(reason.into());
     }
     if !serializable && !probes::has_leader(node) {
         return Some("RAFT NO LEADER".into());
@@ -164,7 +162,7 @@ impl Probe {
 
 async fn run_check(node: &Node, name: &str) -> Result<(), String> {
     match name {
-        "data_corruption" => probes::no_alarm(node, Alarm::Corrupt),
+        "data_corruption" => probes::no_alarm(node, AlarmType::Corrupt),
         "serializable_read" => probes::serializable_read(node),
         "linearizable_read" => probes::linearizable_read(node).await,
         "non_learner" => probes::non_learner(node),

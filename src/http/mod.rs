@@ -84,13 +84,7 @@ async fn version(node: Arc<Node>, method: Method) -> Response<Body> {
         return refused;
     }
     let server = node.etcd_version();
-    let cluster = {
-        let mut parts = server.split('.');
-        match (parts.next(), parts.next()) {
-            (Some(major), Some(minor)) => format!("{major}.{minor}.0"),
-            _ => server.to_string(),
-        }
-    };
+    let cluster = node.storage_version();
     let body = serde_json::json!({
         "etcdserver": server,
         "etcdcluster": cluster,

@@ -8,10 +8,11 @@
 //! `--initial-cluster` for the cluster, and takes the id that MemberAdd gave its peer
 //! URLs. This module decides identities; it never changes the membership.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use quantykube_raft::{fetch_cluster_members, Dialer, NodeId, RemoteCluster};
+use quantykube_raft::{fetch_cluster_members, Dialer, Member, NodeId, RemoteCluster};
 use serde::{Deserialize, Serialize};
 
 use super::MembershipError;
@@ -62,20 +63,53 @@ pub(super) fn read_identity(data_dir: &Path) -> Result<Option<Identity>, Members
 
 /// Writes the identity durably (temporary file, fsync, rename, fsync of the dir).
 pub fn write_identity(data_dir: &Path, identity: Identity) -> Result<(), MembershipError> {
-    let io = |e: std::io::Error| MembershipError::Identity(format!("{IDENTITY_FILE}: {e}"));
-    let tmp = data_dir.join(format!("{IDENTITY_FILE}.tmp"));
-    let raw = serde_json::to_vec(&identity)
-        .map_err(|e| MembershipError::Identity(format!("{IDENTITY_FILE}: {e}")))?;
+    write_json(data_dir, IDENTITY_FILE, &identity)
+}
+
+fn write_json<T: Serialize>(data_dir: &Path, name: &str, value: &T) -> Result<(), MembershipError> {
+    let io = |e: std::io::Error| MembershipError::Identity(format!("{name}: {e}"));
+    let tmp = data_dir.join(format!("{name}.tmp"));
+    let raw =
+        serde_json::to_vec(value).map_err(|e| MembershipError::Identity(format!("{name}: {e}")))?;
     {
         use std::io::Write;
         let mut file = std::fs::File::create(&tmp).map_err(io)?;
         file.write_all(&raw).map_err(io)?;
         file.sync_all().map_err(io)?;
     }
-    std::fs::rename(&tmp, data_dir.join(IDENTITY_FILE)).map_err(io)?;
+    std::fs::rename(&tmp, data_dir.join(name)).map_err(io)?;
     std::fs::File::open(data_dir)
         .and_then(|d| d.sync_all())
         .map_err(io)
+}
+
+/// The members a data dir made by `quantykube snapshot restore` founds its new cluster
+/// with. Like etcd's restored WAL, it wins over `--initial-cluster`: the member starts
+/// with the cluster it was restored for, whatever flags it is given.
+const RESTORED_CLUSTER_FILE: &str = "restored-cluster.json";
+
+/// Records the restored cluster's members (id to member), durably.
+pub fn write_restored_cluster(
+    data_dir: &Path,
+    members: &BTreeMap<NodeId, Member>,
+) -> Result<(), MembershipError> {
+    write_json(data_dir, RESTORED_CLUSTER_FILE, members)
+}
+
+/// The restored cluster's members, if this data dir was restored from a snapshot.
+pub fn read_restored_cluster(
+    data_dir: &Path,
+) -> Result<Option<BTreeMap<NodeId, Member>>, MembershipError> {
+    let describe = |e: &dyn std::fmt::Display| {
+        MembershipError::Identity(format!("{RESTORED_CLUSTER_FILE}: {e}"))
+    };
+    match std::fs::read(data_dir.join(RESTORED_CLUSTER_FILE)) {
+        Ok(raw) => serde_json::from_slice(&raw)
+            .map(Some)
+            .map_err(|e| describe(&e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(describe(&e)),
+    }
 }
 
 /// The identity etcd's static bootstrap gives this member: ids from the flags.

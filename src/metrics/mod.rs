@@ -72,11 +72,11 @@ pub fn render() -> String {
 pub async fn follow(node: Arc<Node>) {
     LazyLock::force(&REGISTRY);
     runtime::remember_runtime();
-    server::describe(
-        node.id(),
-        node.etcd_version(),
-        node.limits().quota_backend_bytes,
-    );
+    let quota = match node.limits().quota_backend_bytes_flag {
+        0 => i64::try_from(crate::config::DEFAULT_QUOTA_BACKEND_BYTES).unwrap_or(i64::MAX),
+        flag => flag,
+    };
+    server::describe(node.id(), node.etcd_version(), quota);
     storage::observe_store(node.store());
     let id = node.id();
     let metrics = node.raft().metrics();

@@ -122,16 +122,17 @@ pub fn lease_expired() {
     LEASE_EXPIRED.inc();
 }
 
-/// This member's identity series: its id in hex, its version, and the quota it
-/// enforces (0 when disabled, as etcd leaves it).
-pub(super) fn describe(id: NodeId, version: &str, quota: Option<u64>) {
+/// This member's identity series: its id in hex, its version, and the quota as etcd
+/// sets the gauge (the flag, 2 GiB for 0; a negative flag, which disables the quota,
+/// stays negative).
+pub(super) fn describe(id: NodeId, version: &str, quota: i64) {
     SERVER_ID.reset();
     SERVER_ID
         .with_label_values(&[&quantykube_raft::metrics::peer_label(id)])
         .set(1);
     VERSION.reset();
     VERSION.with_label_values(&[version]).set(1);
-    QUOTA_BACKEND_BYTES.set(quota.map_or(0, |q| i64::try_from(q).unwrap_or(i64::MAX)));
+    QUOTA_BACKEND_BYTES.set(quota);
 }
 
 /// What the raft-derived gauges hold, and how the leader-change count moves.

@@ -1,15 +1,19 @@
 //! etcd's disk and mvcc metrics: backend commit latency, database sizes, key count and
-//! revisions, and the watch gauges, plus QuantyKube's watch catch-up count.
+//! revisions, the watch gauges and etcd 3.6's `etcd_debugging_server_alarms`, plus
+//! QuantyKube's watch catch-up count.
 //!
-//! Sizes, key count and revisions are read from the store when scraped (RocksDB
-//! properties and the `meta` counters, no scan), from the store of the member that
-//! started last in this process.
+//! Sizes, key count, revisions and alarms are read from the store when scraped (RocksDB
+//! properties, the `meta` counters and the in-memory alarm set, no scan), from the
+//! store of the member that started last in this process.
 
 use std::sync::{Arc, LazyLock, RwLock, Weak};
 use std::time::Duration;
 
-use prometheus::core::Collector;
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Opts, PullingGauge, Registry};
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntGauge, IntGaugeVec, Opts, PullingGauge, Registry,
+};
 
 use super::server::malformed;
 use crate::store::RevisionStore;
@@ -70,6 +74,48 @@ fn pulled(
     PullingGauge::new(name, help, from_store(value))
 }
 
+/// etcd 3.6's `etcd_debugging_server_alarms{server_id, alarm_type}`: 1 for every
+/// active alarm of the cluster (etcd counts activations up and deactivations down, and
+/// keeps a disarmed alarm's series at 0; here it leaves).
+struct AlarmGauges(IntGaugeVec);
+
+impl AlarmGauges {
+    fn new() -> prometheus::Result<Self> {
+        IntGaugeVec::new(
+            Opts::new(
+                "etcd_debugging_server_alarms",
+                "Alarms for every member in cluster. 1 for 'server_id' label with current ID. 2 for 'alarm_type' label with type of this alarm",
+            ),
+            &["server_id", "alarm_type"],
+        )
+        .map(AlarmGauges)
+    }
+}
+
+impl Collector for AlarmGauges {
+    fn desc(&self) -> Vec<&Desc> {
+        self.0.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.0.reset();
+        let store = STORE
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(Weak::upgrade);
+        for alarm in store.map(|s| s.alarms()).unwrap_or_default() {
+            self.0
+                .with_label_values(&[
+                    &format!("{:x}", alarm.member_id),
+                    &crate::store::alarm_name(alarm.alarm),
+                ])
+                .set(1);
+        }
+        self.0.collect()
+    }
+}
+
 fn revision(value: Result<i64, crate::store::StoreError>) -> u64 {
     value.ok().and_then(|r| u64::try_from(r).ok()).unwrap_or(0)
 }
@@ -88,7 +134,7 @@ pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
         Box::new(pulled(
             "etcd_mvcc_db_total_size_in_use_in_bytes",
             "Total size of the underlying database logically in use in bytes.",
-            RevisionStore::approximate_live_size,
+            RevisionStore::approximate_size_in_use,
         )?),
         Box::new(pulled(
             "etcd_debugging_mvcc_keys_total",
@@ -105,6 +151,7 @@ pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
             "The revision of the last compaction in store.",
             |store| revision(store.compacted_revision()),
         )?),
+        Box::new(AlarmGauges::new()?),
     ];
     for collector in collectors {
         registry.register(collector)?;

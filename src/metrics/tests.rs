@@ -147,7 +147,7 @@ fn every_metric_has_etcds_type_and_labels() {
 
 #[test]
 fn labelled_metrics_appear_with_their_labels_once_recorded() {
-    server::describe(0xbdae9bbc11dd390d, "3.5.17", Some(2 << 30));
+    server::describe(0xbdae9bbc11dd390d, "3.5.17", 2 << 30);
     quantykube_raft::metrics::peer_exchanged("8e9e05c52164694d", 100, 10);
     let metrics = rendered();
     assert_eq!(

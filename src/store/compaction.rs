@@ -4,11 +4,14 @@
 //! Logical compaction (refusing reads below the compacted revision) happens when the
 //! Compact command is applied; this module then removes, for every key changed since
 //! the last compaction, each version older than the one live at the compacted
-//! revision (and that one too when it is a deletion), and the history below that
-//! revision (its own events stay, so that a watch may start there, as in etcd). It is
-//! idempotent and resumable: the history it walks is deleted last, and
-//! its progress marker moves in the same batch. It must never delete anything a read
-//! at or above the compacted revision can see.
+//! revision (and that one too when it is a deletion), together with its `history`
+//! entry. The history thus keeps one entry per stored version, in revision order:
+//! etcd's `key` bucket, which a snapshot export walks. One exception: the compacted
+//! revision's own events stay even when their version goes (a deletion), so that a
+//! watch may start there, as in etcd; the next compaction removes them. It is
+//! idempotent and resumable: a batch deletes versions with their history entries, and
+//! the progress marker moves last. It must never delete anything a read at or above
+//! the compacted revision can see.
 
 use std::collections::BTreeSet;
 
@@ -47,8 +50,9 @@ pub fn compact_physically(store: &RevisionStore, to: i64) -> Result<(), StoreErr
     drop_old_versions(store, &keys, to)?;
 
     let mut batch = WriteBatch::default();
-    // The compacted revision's own events stay: as in etcd, a watch may start there.
-    batch.delete_range_cf(history, history_key(0, 0), history_key(to, 0));
+    if from > 0 {
+        drop_orphan_events(store, &mut batch, from)?;
+    }
     meta::stage_physically_compacted(store, &mut batch, to)?;
     store.db.write(batch)?;
     tracing::debug!(from, to, "physical compaction done");
@@ -62,6 +66,7 @@ fn drop_old_versions(
 ) -> Result<(), StoreError> {
     let kv = store.cf(CF_KV)?;
     let mut batch = WriteBatch::default();
+    let mut deleted_bytes = 0u64;
     for key in keys {
         let escaped = escape_key(key);
         let mut opts = ReadOptions::default();
@@ -77,13 +82,69 @@ fn drop_old_versions(
             it.next();
         }
         while let Some(raw) = it.key() {
-            split_version_key(raw)?;
+            let (_, revision) = split_version_key(raw)?;
+            deleted_bytes += (raw.len() + it.value().map_or(0, <[u8]>::len)) as u64;
             batch.delete_cf(kv, raw);
+            // The compacted revision's own events stay (see the module doc).
+            if revision < to {
+                deleted_bytes += stage_event_removal(store, &mut batch, revision, key)?;
+            }
             it.next();
         }
         it.status()?;
     }
     store.db.write(batch)?;
+    store.note_reclaimable(deleted_bytes);
+    Ok(())
+}
+
+/// Stages the removal of `key`'s history entries at `revision` (among the few changes
+/// of that revision: a transaction's), and answers how many bytes they held.
+fn stage_event_removal(
+    store: &RevisionStore,
+    batch: &mut WriteBatch,
+    revision: i64,
+    key: &[u8],
+) -> Result<u64, StoreError> {
+    let mut removed = 0u64;
+    let history = store.cf(CF_HISTORY)?;
+    let mut opts = ReadOptions::default();
+    opts.set_iterate_upper_bound(history_key(revision + 1, 0).to_vec());
+    let mut it = store.db.raw_iterator_cf_opt(history, opts);
+    it.seek(history_key(revision, 0));
+    while let (Some(raw_key), Some(raw)) = (it.key(), it.value()) {
+        if HistoryEntry::decode(raw)?.key == key {
+            removed += (raw_key.len() + raw.len()) as u64;
+            batch.delete_cf(history, raw_key);
+        }
+        it.next();
+    }
+    it.status()?;
+    Ok(removed)
+}
+
+/// Stages the removal of the events the previous compaction (to `revision`) kept for
+/// watches although their versions went: deletions at that revision.
+fn drop_orphan_events(
+    store: &RevisionStore,
+    batch: &mut WriteBatch,
+    revision: i64,
+) -> Result<(), StoreError> {
+    let history = store.cf(CF_HISTORY)?;
+    let kv = store.cf(CF_KV)?;
+    let mut opts = ReadOptions::default();
+    opts.set_iterate_upper_bound(history_key(revision + 1, 0).to_vec());
+    let mut it = store.db.raw_iterator_cf_opt(history, opts);
+    it.seek(history_key(revision, 0));
+    while let (Some(raw_key), Some(raw)) = (it.key(), it.value()) {
+        let entry = HistoryEntry::decode(raw)?;
+        let version = version_key(&escape_key(&entry.key), revision);
+        if store.db.get_pinned_cf(kv, version)?.is_none() {
+            batch.delete_cf(history, raw_key);
+        }
+        it.next();
+    }
+    it.status()?;
     Ok(())
 }
 

@@ -222,6 +222,21 @@ pub fn history_key(main: i64, sub: u32) -> [u8; 12] {
     out
 }
 
+/// The (main, sub) revision of a `history` key.
+pub fn split_history_key(raw: &[u8]) -> Result<(i64, u32), StoreError> {
+    let raw: &[u8; 12] = raw
+        .try_into()
+        .map_err(|_| StoreError::corrupt("bad history key length"))?;
+    let (main, sub) = raw.split_at(REVISION_LEN);
+    let main: [u8; REVISION_LEN] = main
+        .try_into()
+        .map_err(|_| StoreError::corrupt("bad history key"))?;
+    let sub: [u8; 4] = sub
+        .try_into()
+        .map_err(|_| StoreError::corrupt("bad history key"))?;
+    Ok((u64::from_be_bytes(main) as i64, u32::from_be_bytes(sub)))
+}
+
 /// The main revision of a `history` key.
 pub fn history_revision(raw: &[u8]) -> Result<i64, StoreError> {
     raw.get(..REVISION_LEN)

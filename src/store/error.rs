@@ -20,6 +20,13 @@ pub enum StoreError {
     /// A grant names a lease that already exists.
     #[error("lease already exists")]
     LeaseExists,
+    /// A NOSPACE alarm is active and the command would grow the store.
+    #[error("mvcc: database space exceeded")]
+    NoSpace,
+    /// A CORRUPT alarm is active (not to be confused with [`StoreError::Corrupt`], this
+    /// store's own broken data).
+    #[error("corrupt cluster")]
+    CorruptAlarm,
     #[error("rocksdb: {0}")]
     Rocks(#[from] rocksdb::Error),
     #[error("store data is corrupt: {0}")]
@@ -43,6 +50,8 @@ impl StoreError {
                 | StoreError::KeyNotFound
                 | StoreError::LeaseNotFound
                 | StoreError::LeaseExists
+                | StoreError::NoSpace
+                | StoreError::CorruptAlarm
         )
     }
 }

@@ -210,8 +210,25 @@ pub fn read_member_attributes(
     store: &RevisionStore,
     member_id: u64,
 ) -> Result<Option<crate::proto::command::MemberAttributes>, StoreError> {
+    member_attributes(store, None, member_id)
+}
+
+/// [`read_member_attributes`] as of `snapshot`.
+pub fn read_member_attributes_at(
+    store: &RevisionStore,
+    snapshot: &Snapshot<'_>,
+    member_id: u64,
+) -> Result<Option<crate::proto::command::MemberAttributes>, StoreError> {
+    member_attributes(store, Some(snapshot), member_id)
+}
+
+fn member_attributes(
+    store: &RevisionStore,
+    snapshot: Option<&Snapshot<'_>>,
+    member_id: u64,
+) -> Result<Option<crate::proto::command::MemberAttributes>, StoreError> {
     use prost::Message;
-    get(store, None, &member_attributes_key(member_id))?
+    get(store, snapshot, &member_attributes_key(member_id))?
         .map(|raw| {
             crate::proto::command::MemberAttributes::decode(raw.as_slice())
                 .map_err(|e| StoreError::corrupt(format!("member attributes: {e}")))
@@ -266,10 +283,28 @@ pub fn is_removed_member(store: &RevisionStore, member_id: u64) -> Result<bool, 
 
 /// Every id the applied membership changes removed, in id order.
 pub fn read_removed_members(store: &RevisionStore) -> Result<Vec<u64>, StoreError> {
+    removed_members(store, rocksdb::ReadOptions::default())
+}
+
+/// [`read_removed_members`] as of `snapshot`.
+pub fn read_removed_members_at(
+    store: &RevisionStore,
+    snapshot: &Snapshot<'_>,
+) -> Result<Vec<u64>, StoreError> {
+    let mut opts = rocksdb::ReadOptions::default();
+    opts.set_snapshot(snapshot);
+    removed_members(store, opts)
+}
+
+fn removed_members(
+    store: &RevisionStore,
+    opts: rocksdb::ReadOptions,
+) -> Result<Vec<u64>, StoreError> {
     let cf = store.cf(CF_META)?;
     let mut ids = Vec::new();
-    let iter = store.db.iterator_cf(
+    let iter = store.db.iterator_cf_opt(
         cf,
+        opts,
         rocksdb::IteratorMode::From(REMOVED_MEMBER_PREFIX, rocksdb::Direction::Forward),
     );
     for item in iter {

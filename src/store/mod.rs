@@ -2,20 +2,24 @@
 //!
 //! It owns the `kv`, `history`, `latest`, `meta` and `lease` column families of a
 //! node's database: every version of every key, the revision-ordered change log, the
-//! newest version of every live key, live leases and their keys, and the store's counters (current and compacted revision,
-//! applied raft log id, membership), and the feed of changes that watches follow.
+//! newest version of every live key, live leases and their keys, the store's counters (current and compacted revision,
+//! applied raft log id, membership), the cluster's alarms, and the feed of changes that watches follow.
 //! Reads are served
 //! from a RocksDB snapshot so that a response sees one revision; writes arrive only
 //! through [`apply`](RevisionStore::apply), one raft log entry at a time, in log order.
 //! It must never decide what is committed (raft does) nor validate request shapes (the
 //! API layer does); it enforces only what depends on the data.
 
+mod alarm;
 mod compaction;
+mod defrag;
 mod encoding;
 mod error;
 mod events;
+mod export;
 mod feed;
 mod hash;
+mod import;
 mod latest;
 mod lease;
 mod meta;
@@ -24,6 +28,7 @@ mod snapshot;
 pub mod txn;
 mod write;
 
+pub use alarm::{alarm_name, alarm_text, quota_cost};
 pub use hash::KvHash;
 
 use std::sync::Arc;
@@ -32,7 +37,9 @@ use rocksdb::{BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, Options, 
 
 pub use error::StoreError;
 pub use events::{EventPage, Interest};
+pub use export::{Export, StoredChange};
 pub use feed::Changes;
+pub use import::{Import, ImportSummary};
 pub use lease::LeaseRecord;
 pub use meta::{read_applied, read_member_attributes, read_removed_members, AppliedState};
 pub use range::in_range;
@@ -94,6 +101,12 @@ pub struct RevisionStore {
     /// after it, never a mix). Apply never takes it: installs and applies are already
     /// ordered by raft.
     install_gate: Arc<tokio::sync::RwLock<()>>,
+    /// The active alarms, as `meta` holds them (`alarm`).
+    alarms: alarm::AlarmCache,
+    /// Stops two defragmentations from running at once (`defrag`).
+    defrag_lock: std::sync::Mutex<()>,
+    /// Bytes compaction deleted since the last defragmentation (`defrag`).
+    reclaimable_bytes: std::sync::atomic::AtomicU64,
 }
 
 /// Held by a reader of the store: no snapshot install runs meanwhile.
@@ -108,11 +121,16 @@ impl RevisionStore {
                 return Err(StoreError::corrupt(format!("missing column family {name}")));
             }
         }
-        Ok(RevisionStore {
+        let store = RevisionStore {
             db,
             feed: feed::ChangeFeed::new(),
             install_gate: Arc::default(),
-        })
+            alarms: alarm::AlarmCache::default(),
+            defrag_lock: std::sync::Mutex::default(),
+            reclaimable_bytes: std::sync::atomic::AtomicU64::default(),
+        };
+        store.reload_alarms()?;
+        Ok(store)
     }
 
     /// Waits until no snapshot install runs, and keeps the next one waiting until the
@@ -177,29 +195,6 @@ impl RevisionStore {
             .sum()
     }
 
-    /// RocksDB's estimate of the live data in the store's column families (what
-    /// compaction would leave), for the `in_use` size metric; at most the total size.
-    pub fn approximate_live_size(&self) -> u64 {
-        let live: u64 = STORE_COLUMN_FAMILIES
-            .iter()
-            .filter_map(|name| self.db.cf_handle(name))
-            .filter_map(|cf| {
-                let sst = self
-                    .db
-                    .property_int_value_cf(cf, "rocksdb.estimate-live-data-size")
-                    .ok()
-                    .flatten()?;
-                let memtables = self
-                    .db
-                    .property_int_value_cf(cf, "rocksdb.cur-size-all-mem-tables")
-                    .ok()
-                    .flatten()?;
-                Some(sst + memtables)
-            })
-            .sum();
-        live.min(self.approximate_size())
-    }
-
     /// RocksDB's estimate of the number of live keys (the `latest` column family holds
     /// one entry per live key): no scan, so a scrape costs the same at any size.
     pub fn estimated_key_count(&self) -> u64 {
@@ -215,5 +210,7 @@ impl RevisionStore {
     }
 }
 
+#[cfg(test)]
+mod alarm_tests;
 #[cfg(test)]
 mod tests;

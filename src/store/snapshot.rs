@@ -210,6 +210,7 @@ impl RevisionStore {
         self.db.write(batch)?;
         // A file from a node that did not keep `latest` yet carries none of it.
         self.ensure_latest_index()?;
+        self.reload_alarms()?;
         // The store jumped: whoever follows the feed reads on from history.
         let current = self.current_revision()?;
         self.feed.publish(super::Changes {

@@ -73,18 +73,6 @@ pub fn is_read_only(txn: &TxnRequest) -> bool {
         })
 }
 
-/// True when some branch of the transaction, at any depth, puts a key.
-pub fn has_put(txn: &TxnRequest) -> bool {
-    txn.success
-        .iter()
-        .chain(&txn.failure)
-        .any(|op| match &op.request {
-            Some(Request::RequestPut(_)) => true,
-            Some(Request::RequestTxn(nested)) => has_put(nested),
-            _ => false,
-        })
-}
-
 /// True when every read in the transaction asked for a serializable read.
 pub fn is_serializable(txn: &TxnRequest) -> bool {
     txn.success

@@ -24,7 +24,7 @@ use super::lease::LeaseRecord;
 use super::meta::{self, Revisions};
 use super::range::{self, Overlay, Reader};
 use super::txn::{self, Path};
-use super::{compaction, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_LATEST};
+use super::{alarm, compaction, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_LATEST};
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_error::Kind;
 use crate::proto::command::command_result::Result as CommandResultKind;
@@ -340,6 +340,8 @@ fn error_result(error: StoreError) -> Result<CommandResult, StoreError> {
         StoreError::KeyNotFound => Kind::KeyNotFound,
         StoreError::LeaseNotFound => Kind::LeaseNotFound,
         StoreError::LeaseExists => Kind::LeaseExists,
+        StoreError::NoSpace => Kind::NoSpace,
+        StoreError::CorruptAlarm => Kind::Corrupt,
         fatal => return Err(fatal),
     };
     Ok(CommandResult {
@@ -379,52 +381,65 @@ impl<'s> ApplyBatch<'s> {
         let mut compact_to = None;
         let reader = Reader::live(store, self.written);
         let mut txn = WriteTxn::new(store, reader, &mut self.staged);
-        let applied = match &command.request {
-            Some(CommandRequest::Put(p)) => match p.lease == 0 || store.lease_exists(p.lease)? {
-                true => txn.put(p).map(CommandResultKind::Put),
-                false => Err(StoreError::LeaseNotFound),
-            },
-            Some(CommandRequest::DeleteRange(d)) => {
-                txn.delete_range(d).map(CommandResultKind::DeleteRange)
-            }
-            Some(CommandRequest::Txn(t)) => txn.txn(t).map(CommandResultKind::Txn),
-            Some(CommandRequest::Compaction(c)) => txn.compact(c).map(|response| {
-                compact_to = Some(c.revision);
-                CommandResultKind::Compaction(response)
-            }),
-            Some(CommandRequest::LeaseGrant(grant)) => {
-                grant_lease(store, &mut txn.staged.batch, grant, txn.revisions.current)
-                    .map(CommandResultKind::LeaseGrant)
-            }
-            Some(CommandRequest::LeaseRevoke(revoke)) => {
-                txn.revoke(revoke).map(CommandResultKind::LeaseRevoke)
-            }
-            Some(CommandRequest::LeaseExpiry(expiry)) => {
-                let revoke = LeaseRevokeRequest { id: expiry.id };
-                if expiry.leader_term != log_id.leader_id.term {
-                    // Decided by a leader of another term: not this log's decision.
-                    Ok(CommandResultKind::LeaseRevoke(
-                        LeaseRevokeResponse::default(),
-                    ))
-                } else {
-                    txn.revoke(&revoke).map(CommandResultKind::LeaseRevoke)
+        let refused = command
+            .request
+            .as_ref()
+            .and_then(|request| alarm::refusal(store, request));
+        let applied = if let Some(refusal) = refused {
+            Err(refusal)
+        } else {
+            match &command.request {
+                Some(CommandRequest::Put(p)) => {
+                    match p.lease == 0 || store.lease_exists(p.lease)? {
+                        true => txn.put(p).map(CommandResultKind::Put),
+                        false => Err(StoreError::LeaseNotFound),
+                    }
                 }
-            }
-            Some(CommandRequest::LeaseCheckpoint(checkpoints)) => {
-                checkpoint_leases(store, &mut txn.staged.batch, checkpoints)
-                    .map(CommandResultKind::LeaseCheckpoint)
-            }
-            Some(CommandRequest::PublishMember(attributes)) => {
-                // A removed member's late publish must not bring its record back.
-                let removed = meta::is_removed_member(store, attributes.member_id)?;
-                if removed {
-                    Ok(CommandResultKind::PublishMember(PublishMemberResult {}))
-                } else {
-                    meta::stage_member_attributes(store, &mut txn.staged.batch, attributes)
-                        .map(|()| CommandResultKind::PublishMember(PublishMemberResult {}))
+                Some(CommandRequest::DeleteRange(d)) => {
+                    txn.delete_range(d).map(CommandResultKind::DeleteRange)
                 }
+                Some(CommandRequest::Txn(t)) => txn.txn(t).map(CommandResultKind::Txn),
+                Some(CommandRequest::Compaction(c)) => txn.compact(c).map(|response| {
+                    compact_to = Some(c.revision);
+                    CommandResultKind::Compaction(response)
+                }),
+                Some(CommandRequest::LeaseGrant(grant)) => {
+                    grant_lease(store, &mut txn.staged.batch, grant, txn.revisions.current)
+                        .map(CommandResultKind::LeaseGrant)
+                }
+                Some(CommandRequest::LeaseRevoke(revoke)) => {
+                    txn.revoke(revoke).map(CommandResultKind::LeaseRevoke)
+                }
+                Some(CommandRequest::LeaseExpiry(expiry)) => {
+                    let revoke = LeaseRevokeRequest { id: expiry.id };
+                    if expiry.leader_term != log_id.leader_id.term {
+                        // Decided by a leader of another term: not this log's decision.
+                        Ok(CommandResultKind::LeaseRevoke(
+                            LeaseRevokeResponse::default(),
+                        ))
+                    } else {
+                        txn.revoke(&revoke).map(CommandResultKind::LeaseRevoke)
+                    }
+                }
+                Some(CommandRequest::LeaseCheckpoint(checkpoints)) => {
+                    checkpoint_leases(store, &mut txn.staged.batch, checkpoints)
+                        .map(CommandResultKind::LeaseCheckpoint)
+                }
+                Some(CommandRequest::PublishMember(attributes)) => {
+                    // A removed member's late publish must not bring its record back.
+                    let removed = meta::is_removed_member(store, attributes.member_id)?;
+                    if removed {
+                        Ok(CommandResultKind::PublishMember(PublishMemberResult {}))
+                    } else {
+                        meta::stage_member_attributes(store, &mut txn.staged.batch, attributes)
+                            .map(|()| CommandResultKind::PublishMember(PublishMemberResult {}))
+                    }
+                }
+                Some(CommandRequest::Alarm(request)) => store
+                    .stage_alarm(&mut txn.staged.batch, request)
+                    .map(CommandResultKind::Alarm),
+                None => Err(StoreError::corrupt("empty command")),
             }
-            None => Err(StoreError::corrupt("empty command")),
         };
         let outcome = match applied {
             Ok(result) => {
@@ -453,6 +468,11 @@ impl<'s> ApplyBatch<'s> {
             // Later commands of the batch read lease records from the store.
             self.flush()?;
         }
+        if matches!(command.request, Some(CommandRequest::Alarm(_))) {
+            // What later commands may do depends on the alarms: write them first.
+            self.flush()?;
+            store.reload_alarms()?;
+        }
         if let Some(revision) = compact_to {
             // Physical compaction reads and deletes what the store holds: write first.
             self.flush()?;
@@ -468,7 +488,7 @@ impl<'s> ApplyBatch<'s> {
     fn needs_fresh_start(&self, command: &Command) -> bool {
         match &command.request {
             Some(CommandRequest::Txn(t)) => txn_needs_fresh_start(t, &self.staged.overlay),
-            Some(CommandRequest::Compaction(_)) => true,
+            Some(CommandRequest::Compaction(_) | CommandRequest::Alarm(_)) => true,
             _ => changes_leases(command),
         }
     }

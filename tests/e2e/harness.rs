@@ -73,7 +73,7 @@ impl Target {
         }
     }
 
-    fn require_binary(self) -> PathBuf {
+    pub fn require_binary(self) -> PathBuf {
         self.binary().unwrap_or_else(|| match self {
             Target::Quantykube => panic!(
                 "no quantykube binary: set QK_BIN, build the `quantykube` bin, \
@@ -139,6 +139,9 @@ pub struct ClusterOptions {
     pub flags_as_env: bool,
     /// Give each member its own `--listen-metrics-urls` (see [`Cluster::metrics_url`]).
     pub metrics_urls: bool,
+    /// Runs before each member first starts, e.g. to restore its data dir from a
+    /// snapshot.
+    pub prepare: Option<MemberPrepare>,
 }
 
 /// The facts about one member that per-member flags are made of.
@@ -155,6 +158,38 @@ pub struct MemberSpec {
     pub spare_ports: [u16; 2],
     /// The member's own temporary directory (its data dir is `data` inside it).
     pub dir: PathBuf,
+    /// The cluster's `--initial-cluster` and `--initial-cluster-token`.
+    pub initial_cluster: String,
+    pub token: String,
+}
+
+impl MemberSpec {
+    /// The member's `--data-dir`.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    pub fn peer_url(&self, scheme: &str) -> String {
+        format!("{scheme}://{}:{}", self.ip, self.peer_port)
+    }
+}
+
+type MemberPrepareFn = dyn Fn(&MemberSpec) + Send + Sync;
+
+/// Work on one member's directory before it first starts.
+#[derive(Clone)]
+pub struct MemberPrepare(Arc<MemberPrepareFn>);
+
+impl MemberPrepare {
+    pub fn new(f: impl Fn(&MemberSpec) + Send + Sync + 'static) -> Self {
+        MemberPrepare(Arc::new(f))
+    }
+}
+
+impl fmt::Debug for MemberPrepare {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MemberPrepare(..)")
+    }
 }
 
 type MemberArgsFn = dyn Fn(&MemberSpec) -> Vec<String> + Send + Sync;
@@ -268,7 +303,14 @@ impl ClusterOptions {
             ready: None,
             flags_as_env: false,
             metrics_urls: false,
+            prepare: None,
         }
+    }
+
+    /// Runs `prepare` on each member's directory before the member first starts.
+    pub fn prepare(mut self, prepare: impl Fn(&MemberSpec) + Send + Sync + 'static) -> Self {
+        self.prepare = Some(MemberPrepare::new(prepare));
+        self
     }
 
     /// Each member listens for metrics (and etcd's other HTTP endpoints) on a URL of
@@ -475,6 +517,9 @@ impl Cluster {
             initial_cluster,
         };
         for i in 0..cluster.members.len() {
+            if let Some(prepare) = &options.prepare {
+                (prepare.0)(&cluster.member_spec(i));
+            }
             cluster.spawn_member(i);
         }
         let ready = options
@@ -533,6 +578,8 @@ impl Cluster {
             peer_port: client_port + 1,
             spare_ports: spare_ports(self.base_port, i),
             dir: self.members[i].dir.path().to_path_buf(),
+            initial_cluster: self.initial_cluster.clone(),
+            token: self.token.clone(),
         }
     }
 

@@ -1,0 +1,126 @@
+//! Maintenance.Snapshot: the member's store streamed as etcd's snapshot file, as etcd
+//! streams its backend: 32 KiB blobs of the database with the bytes still to come,
+//! then one blob holding the SHA-256 of everything before it.
+//!
+//! The file is produced on a blocking thread while it is sent (`backup::export`), with
+//! a few blobs in flight at most: a slow client slows the export, never the member's
+//! memory, and writes go on meanwhile. A client that goes away stops the export.
+
+use std::io::{self, Write};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+
+use super::status;
+use crate::backup::export;
+use crate::node::Node;
+use crate::proto::etcdserverpb::{ResponseHeader, SnapshotResponse};
+
+/// etcd's `snapshotSendBufferSize`.
+const BLOB_BYTES: usize = 32 * 1024;
+/// Blobs queued for a client before the export waits for it.
+const BLOBS_IN_FLIGHT: usize = 8;
+
+pub type SnapshotStream =
+    Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send + 'static>>;
+
+/// Cuts what the export writes into blobs and queues them for the client.
+struct BlobSender {
+    queue: mpsc::Sender<Result<SnapshotResponse, Status>>,
+    blob: Vec<u8>,
+    /// The first message carries the header and the storage version.
+    first: Option<(ResponseHeader, String)>,
+    remaining: u64,
+}
+
+impl BlobSender {
+    fn send(&mut self, blob: Vec<u8>, remaining: u64) -> io::Result<()> {
+        let (header, version) = self
+            .first
+            .take()
+            .map_or((None, String::new()), |(h, v)| (Some(h), v));
+        self.queue
+            .blocking_send(Ok(SnapshotResponse {
+                header,
+                remaining_bytes: remaining,
+                blob: blob.into(),
+                version,
+            }))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))
+    }
+}
+
+impl export::SnapshotSink for BlobSender {
+    fn expect(&mut self, db_bytes: u64) {
+        // etcd counts the database only; the hash follows with 0 remaining.
+        self.remaining = db_bytes;
+    }
+}
+
+impl Write for BlobSender {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = buf.len().min(BLOB_BYTES - self.blob.len());
+        self.blob.extend_from_slice(&buf[..n]);
+        if self.blob.len() == BLOB_BYTES {
+            let blob = std::mem::replace(&mut self.blob, Vec::with_capacity(BLOB_BYTES));
+            self.remaining = self.remaining.saturating_sub(blob.len() as u64);
+            let remaining = self.remaining;
+            self.send(blob, remaining)?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Starts streaming `node`'s store to a client.
+pub fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream {
+    let (queue, received) = mpsc::channel(BLOBS_IN_FLIGHT);
+    let store = node.store().clone();
+    let version = node.storage_version();
+    // etcd's `alarm` bucket: each active alarm's `AlarmMember`, an empty value.
+    let alarms = store
+        .alarms()
+        .iter()
+        .map(|alarm| (prost::Message::encode_to_vec(alarm), Vec::new()))
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        let mut sender = BlobSender {
+            queue,
+            blob: Vec::with_capacity(BLOB_BYTES),
+            first: Some((header, version)),
+            remaining: 0,
+        };
+        let result =
+            export::write_database(&store, alarms, &mut sender).and_then(|(written, digest)| {
+                let last = std::mem::take(&mut sender.blob);
+                if !last.is_empty() {
+                    sender
+                        .send(last, 0)
+                        .map_err(|e| crate::backup::BackupError::Write(e.to_string()))?;
+                }
+                sender
+                    .send(digest.to_vec(), 0)
+                    .map_err(|e| crate::backup::BackupError::Write(e.to_string()))?;
+                Ok(written)
+            });
+        match result {
+            Ok(written) => tracing::info!(
+                bytes = written.db_bytes,
+                revision = written.revision,
+                "sent database snapshot to client"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, "database snapshot not sent");
+                let _ = sender.queue.blocking_send(Err(status::from_backup(error)));
+            }
+        }
+    });
+    Box::pin(ReceiverStream::new(received))
+}

@@ -1,0 +1,286 @@
+//! `quantykube snapshot status|restore`: etcdctl's (and etcdutl's) offline snapshot
+//! commands, with their flags, defaults, output and errors.
+//!
+//! `restore` writes a member's data dir for a new cluster from a snapshot file written
+//! by QuantyKube or etcd: the store (`import`), the member's identity and the cluster
+//! it founds, which wins over `--initial-cluster` when the member starts, as etcd's
+//! restored WAL does. It writes into a staging directory beside the data dir and
+//! renames it into place last, so that a corrupt or truncated file leaves nothing.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use quantykube_raft::{Member, NodeId, LOG_COLUMN_FAMILIES};
+
+use super::file::{self, human_bytes, Status};
+use super::BackupError;
+use crate::identity;
+use crate::membership::join::{write_identity, write_restored_cluster, Identity};
+use crate::store::{self, RevisionStore};
+
+/// `quantykube snapshot`: manage etcd snapshot files offline.
+#[derive(Debug, Parser)]
+#[command(name = "quantykube snapshot", disable_version_flag = true)]
+struct SnapshotCli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Gets backend snapshot status of a given file
+    Status {
+        file: PathBuf,
+        /// set the output format (simple, table, json)
+        #[arg(short = 'w', long = "write-out", value_enum, default_value = "simple")]
+        write_out: Format,
+    },
+    /// Restores an etcd member snapshot to an etcd directory
+    Restore {
+        file: PathBuf,
+        /// Human-readable name for this member
+        #[arg(long, default_value = "default")]
+        name: String,
+        /// Path to the data directory (default: <name>.etcd)
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Initial cluster configuration for restore bootstrap
+        #[arg(long, default_value = "default=http://localhost:2380")]
+        initial_cluster: String,
+        /// Initial cluster token for the etcd cluster during restore bootstrap
+        #[arg(long, default_value = "etcd-cluster")]
+        initial_cluster_token: String,
+        /// List of this member's peer URLs to advertise to the rest of the cluster
+        #[arg(long, default_value = "http://localhost:2380")]
+        initial_advertise_peer_urls: String,
+        /// Ignore snapshot integrity hash value (required if copied from data directory)
+        #[arg(long)]
+        skip_hash_check: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Format {
+    Simple,
+    Table,
+    Json,
+}
+
+/// Runs `quantykube snapshot <args>`.
+pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
+    let argv = std::iter::once(OsString::from("quantykube snapshot")).chain(args);
+    let cli = match SnapshotCli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2));
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("QUANTYKUBE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .try_init();
+    let result = match cli.command {
+        Command::Status { file, write_out } => status(&file).map(|s| print_status(&s, write_out)),
+        Command::Restore {
+            file,
+            name,
+            data_dir,
+            initial_cluster,
+            initial_cluster_token,
+            initial_advertise_peer_urls,
+            skip_hash_check,
+        } => {
+            let data_dir = data_dir.unwrap_or_else(|| PathBuf::from(format!("{name}.etcd")));
+            restore(&Restore {
+                file: &file,
+                name: &name,
+                data_dir: &data_dir,
+                initial_cluster: &initial_cluster,
+                token: &initial_cluster_token,
+                advertise_peer_urls: &initial_advertise_peer_urls,
+                skip_hash_check,
+            })
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // etcdctl's fatal errors: "Error: <reason>", exit status 1.
+            let _ = writeln!(std::io::stderr(), "Error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn status(path: &Path) -> Result<Status, BackupError> {
+    // etcdctl's status reads a file with or without its trailer.
+    let snapshot = file::open(path, true)?;
+    file::status(&snapshot.db)
+}
+
+fn print_status(status: &Status, format: Format) {
+    let text = match format {
+        Format::Simple => format!(
+            "{:x}, {}, {}, {}\n",
+            status.hash,
+            status.revision,
+            status.total_key,
+            human_bytes(status.total_size)
+        ),
+        Format::Json => match serde_json::to_string(status) {
+            Ok(json) => format!("{json}\n"),
+            Err(error) => format!("{error}\n"),
+        },
+        Format::Table => table(
+            &["HASH", "REVISION", "TOTAL KEYS", "TOTAL SIZE"],
+            &[
+                format!("{:x}", status.hash),
+                status.revision.to_string(),
+                status.total_key.to_string(),
+                human_bytes(status.total_size),
+            ],
+        ),
+    };
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// One row under a header, boxed as etcdctl's tables are.
+fn table(header: &[&str], row: &[String]) -> String {
+    let widths: Vec<usize> = header
+        .iter()
+        .zip(row)
+        .map(|(h, r)| h.len().max(r.len()) + 2)
+        .collect();
+    let rule: String = widths
+        .iter()
+        .map(|w| format!("+{}", "-".repeat(*w)))
+        .collect::<String>()
+        + "+\n";
+    let centred = |text: &str, width: usize| {
+        let left = (width - text.len()) / 2;
+        format!(
+            "{}{text}{}",
+            " ".repeat(left),
+            " ".repeat(width - text.len() - left)
+        )
+    };
+    let head: String = header
+        .iter()
+        .zip(&widths)
+        .map(|(h, w)| format!("|{}", centred(h, *w)))
+        .collect::<String>()
+        + "|\n";
+    let body: String = row
+        .iter()
+        .zip(&widths)
+        .map(|(r, w)| format!("| {r:>width$} ", width = w - 2))
+        .collect::<String>()
+        + "|\n";
+    format!("{rule}{head}{rule}{body}{rule}")
+}
+
+struct Restore<'a> {
+    file: &'a Path,
+    name: &'a str,
+    data_dir: &'a Path,
+    initial_cluster: &'a str,
+    token: &'a str,
+    advertise_peer_urls: &'a str,
+    skip_hash_check: bool,
+}
+
+fn restore(request: &Restore<'_>) -> Result<(), BackupError> {
+    let cluster = crate::config::restore_members(
+        request.name,
+        request.initial_cluster,
+        request.advertise_peer_urls,
+    )?;
+    if request.data_dir.exists() {
+        return Err(BackupError::DataDirExists(request.data_dir.to_path_buf()));
+    }
+    let snapshot = file::open(request.file, request.skip_hash_check)?;
+    let members: std::collections::BTreeMap<NodeId, Member> = cluster
+        .iter()
+        .map(|m| {
+            (
+                identity::member_id(&m.peer_urls, request.token),
+                Member {
+                    name: m.name.clone(),
+                    peer_urls: m.peer_urls.clone(),
+                    client_urls: Vec::new(),
+                },
+            )
+        })
+        .collect();
+    let own = cluster
+        .iter()
+        .find(|m| m.name == request.name)
+        .map(|m| identity::member_id(&m.peer_urls, request.token))
+        .ok_or_else(|| BackupError::NotEtcd("the member is not in --initial-cluster".into()))?;
+    let staging = staging_dir(request.data_dir);
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(BackupError::file(&staging))?;
+    }
+    let written = (|| {
+        std::fs::create_dir_all(&staging).map_err(BackupError::file(&staging))?;
+        let summary = {
+            let db = store::open_database(&staging.join("db"), LOG_COLUMN_FAMILIES)?;
+            let store = RevisionStore::new(db)?;
+            super::import::import(&snapshot.db, &store)?
+        };
+        write_identity(
+            &staging,
+            Identity {
+                member_id: own,
+                cluster_id: identity::cluster_id(members.keys().copied()),
+            },
+        )?;
+        write_restored_cluster(&staging, &members)?;
+        std::fs::rename(&staging, request.data_dir).map_err(BackupError::file(request.data_dir))?;
+        if let Some(parent) = request
+            .data_dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            std::fs::File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(BackupError::file(parent))?;
+        }
+        Ok::<_, BackupError>(summary)
+    })();
+    let summary = match written {
+        Ok(summary) => summary,
+        Err(error) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(error);
+        }
+    };
+    let _ = writeln!(
+        std::io::stderr(),
+        "restored snapshot {} into {}: member {own:x}, revision {}, {} versions, {} leases",
+        request.file.display(),
+        request.data_dir.display(),
+        summary.current_revision,
+        summary.versions,
+        summary.leases,
+    );
+    Ok(())
+}
+
+/// Where a restore writes before the data dir exists: beside it, so that the final
+/// rename stays on one file system.
+fn staging_dir(data_dir: &Path) -> PathBuf {
+    let mut name = data_dir
+        .file_name()
+        .map(OsString::from)
+        .unwrap_or_else(|| OsString::from("data"));
+    name.push(".restoring");
+    data_dir.with_file_name(name)
+}

@@ -1,0 +1,79 @@
+//! `--quota-backend-bytes`, as etcd enforces it: what a write would cost
+//! (`store::quota_cost`) against the revision store's size, checked where a write is
+//! proposed (etcd's `v3rpc/quota.go`) and after writes are applied (etcd's apply-time
+//! `quotaApplierV3`), raising a NOSPACE alarm for this member when the quota is
+//! reached. What an active alarm refuses is the store's business (`store::alarm`).
+//!
+//! This module owns only the decision to refuse or raise; it never refuses a write
+//! that costs nothing (deletes, compaction, revokes) and never disarms.
+
+use tokio::sync::broadcast::error::RecvError;
+use tonic::Status;
+
+use crate::api::status;
+use crate::node::Node;
+use crate::proto::command::command::Request as CommandRequest;
+use crate::proto::etcdserverpb::AlarmType;
+use crate::proto::mvccpb::event::EventType;
+
+/// Refuses `request` with etcd's `database space exceeded` if it would take the store
+/// to the quota or past it, and raises NOSPACE for this member (through the log) so
+/// that every member refuses such writes until an operator disarms it.
+pub async fn check(node: &Node, request: &CommandRequest) -> Result<(), Status> {
+    let Some(quota) = node.limits().quota_backend_bytes else {
+        return Ok(());
+    };
+    let cost = crate::store::quota_cost(request);
+    if cost == 0 {
+        return Ok(());
+    }
+    let size = node.store().approximate_size();
+    // etcd's `Available`: size + cost must stay below the quota.
+    if size.saturating_add(cost) < quota {
+        return Ok(());
+    }
+    tracing::warn!(
+        quota_size_bytes = quota,
+        size_bytes = size,
+        cost,
+        "message exceeded backend quota; raising alarm"
+    );
+    // As etcd, the refusal stands whether or not the alarm got through.
+    node.raise_alarm(AlarmType::Nospace).await;
+    Err(status::no_space())
+}
+
+/// etcd's apply-time check (`quotaApplierV3`): a member whose own store reached the
+/// quota through puts it applied (proposed elsewhere, or admitted just below the quota)
+/// raises NOSPACE for itself, unless some member's NOSPACE is already active. Only
+/// applied puts count, as in etcd: a delete applied while the store is still over the
+/// quota (RocksDB frees space later) never re-raises a disarmed alarm.
+pub async fn watch(node: std::sync::Arc<Node>) {
+    let Some(quota) = node.limits().quota_backend_bytes else {
+        return;
+    };
+    let mut changes = node.store().subscribe();
+    loop {
+        let grew = match changes.recv().await {
+            Ok(batch) => batch
+                .events
+                .iter()
+                .any(|event| event.r#type == EventType::Put as i32),
+            // Missed batches may have held puts.
+            Err(RecvError::Lagged(_)) => true,
+            Err(RecvError::Closed) => return,
+        };
+        if !grew || node.store().has_alarm(AlarmType::Nospace) {
+            continue;
+        }
+        let size = node.store().approximate_size();
+        if size >= quota {
+            tracing::warn!(
+                quota_size_bytes = quota,
+                size_bytes = size,
+                "applied writes exceeded backend quota; raising alarm"
+            );
+            node.raise_alarm(AlarmType::Nospace).await;
+        }
+    }
+}
