@@ -7,6 +7,7 @@
 pub mod api;
 pub mod backup;
 pub mod bench;
+pub mod compactor;
 pub mod config;
 pub mod corruption;
 pub mod http;

@@ -590,6 +590,9 @@ where
         node.clone(),
         config.lease_checkpoint_interval,
     ));
+    let compactor = config
+        .auto_compaction
+        .map(|policy| tokio::spawn(crate::compactor::run(node.clone(), policy)));
     let quota_watch = tokio::spawn(crate::quota::watch(node.clone()));
     let corruption_check = tokio::spawn(crate::corruption::run_periodic(
         node.clone(),
@@ -647,6 +650,9 @@ where
     }
     let _ = stop_tx.send(true);
     lessor.abort();
+    if let Some(compactor) = compactor {
+        compactor.abort();
+    }
     quota_watch.abort();
     corruption_check.abort();
     if let Some((recorder, checker)) = compaction_hash_check {
@@ -755,7 +761,16 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     } else {
         WalSyncer::inline(&db)
     };
-    let log_store = LogStore::with_syncer(db.clone(), syncer)?;
+    let mut log_store = LogStore::with_syncer(db.clone(), syncer)?;
+    if config.force_new_cluster {
+        crate::membership::recovery::force_standalone(
+            &mut log_store,
+            &revision_store,
+            id,
+            cluster_id,
+        )
+        .await?;
+    }
     let channels = PeerChannels::with_identity(
         environment.dialer.clone(),
         DialOptions::default(),

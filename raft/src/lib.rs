@@ -20,6 +20,7 @@ pub mod client;
 pub mod codec;
 pub mod config;
 pub mod dialer;
+pub mod force;
 pub mod guard;
 pub mod join;
 pub mod log_store;
@@ -40,6 +41,7 @@ pub use channels::{
 pub use client::{RaftClient, RaftClientOptions, ReadError, WriteError};
 pub use config::{raft_config, RaftConfigError};
 pub use dialer::{DialFuture, Dialer, DialerError, TcpDialer};
+pub use force::{force_new_cluster, ForceNewClusterError, ForcedRestart};
 pub use guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_REMOVED};
 pub use join::{fetch_cluster_members, RemoteCluster, RemoteMember};
 pub use log_store::{LogStore, LOG_COLUMN_FAMILIES};

@@ -144,6 +144,52 @@ impl LogStore {
     }
 }
 
+impl LogStore {
+    /// `--force-new-cluster`'s rewrite of the log (see [`crate::force`]), in one synced
+    /// write, before raft starts: every entry after `keep_through` goes, `entry` (if any)
+    /// is appended, and `vote` and `committed` (if given) are saved. A crash leaves
+    /// either the old log or the new one.
+    pub(crate) fn rewrite_before_start(
+        &mut self,
+        keep_through: u64,
+        entry: Option<&Entry>,
+        vote: Option<&Vote>,
+        committed: Option<&LogId>,
+    ) -> Result<(), io::Error> {
+        let log_cf = self.cf(CF_RAFT_LOG)?;
+        let state_cf = self.cf(CF_RAFT_STATE)?;
+        let from = keep_through.saturating_add(1);
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(log_cf, &index_key(from)[..], END_OF_LOG_KEY);
+        if let Some(entry) = entry {
+            batch.put_cf(
+                log_cf,
+                index_key(entry.index()),
+                codec::encode("log entry", entry)?,
+            );
+        }
+        if let Some(vote) = vote {
+            batch.put_cf(state_cf, KEY_VOTE, codec::encode("vote", vote)?);
+        }
+        if let Some(committed) = committed {
+            // Stored as `save_committed` stores it: an `Option`.
+            let committed = Some(*committed);
+            batch.put_cf(
+                state_cf,
+                KEY_COMMITTED,
+                codec::encode("committed log id", &committed)?,
+            );
+        }
+        self.write(batch, true)?;
+        let mut tail = self.tail();
+        tail.truncate_from(from);
+        if let Some(entry) = entry {
+            tail.append(std::slice::from_ref(entry));
+        }
+        Ok(())
+    }
+}
+
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,

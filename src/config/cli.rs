@@ -108,6 +108,22 @@ pub(super) struct Cli {
     /// List of URLs to listen on for the metrics and health endpoints
     #[arg(long, value_name = "URLS")]
     listen_metrics_urls: Option<String>,
+    /// Interpret --auto-compaction-retention as: 'periodic' (a duration, or hours if it
+    /// has no unit, e.g. '5m') or 'revision' (a number of revisions) [default: periodic]
+    #[arg(long, value_name = "periodic|revision")]
+    auto_compaction_mode: Option<String>,
+    /// Auto compaction retention for the key-value store; 0 disables auto compaction
+    /// [default: 0]
+    #[arg(long, value_name = "RETENTION")]
+    auto_compaction_retention: Option<String>,
+    /// How often revision mode compacts (QuantyKube only; etcd always uses 5m)
+    /// [default: 5m]
+    #[arg(long, value_name = "DURATION")]
+    auto_compaction_revision_interval: Option<String>,
+    /// Force a new one-member cluster from this member's data (disaster recovery after
+    /// a lost quorum; remove the flag once other members are added back) [default: false]
+    #[arg(long, value_name = "BOOL")]
+    force_new_cluster: Option<String>,
     /// Check a restarting member's data against its peers' before it serves
     /// (deprecated in etcd 3.6: --feature-gates=InitialCorruptCheck=true) [default: false]
     #[arg(long, value_name = "BOOL")]
@@ -178,6 +194,13 @@ impl Cli {
             ("discovery-srv-name", self.discovery_srv_name),
             ("listen-client-http-urls", self.listen_client_http_urls),
             ("listen-metrics-urls", self.listen_metrics_urls),
+            ("auto-compaction-mode", self.auto_compaction_mode),
+            ("auto-compaction-retention", self.auto_compaction_retention),
+            (
+                "auto-compaction-revision-interval",
+                self.auto_compaction_revision_interval,
+            ),
+            ("force-new-cluster", self.force_new_cluster),
             (
                 "experimental-initial-corrupt-check",
                 self.experimental_initial_corrupt_check,

@@ -20,7 +20,8 @@
 //! - `cli`: the clap command that declares the implemented flags, and the help and
 //!   version text;
 //! - `values`: what a value means: Go's numbers, booleans and durations, URL lists,
-//!   `--initial-cluster`, and etcd's checks and messages for them.
+//!   `--initial-cluster`, and etcd's checks and messages for them;
+//! - `compaction`: what `--auto-compaction-mode` and `--auto-compaction-retention` mean.
 //!
 //! This file holds the public types, [`parse`] (which wires the parts together) and
 //! `resolve`, which turns the implemented flags into a [`Config`] in etcd's order of
@@ -28,11 +29,13 @@
 
 mod checks;
 mod cli;
+mod compaction;
 mod flags;
 mod scan;
 mod tls;
 mod values;
 
+pub use self::compaction::{AutoCompaction, DEFAULT_REVISION_COMPACTION_INTERVAL};
 pub use self::tls::{CipherSuite, TlsInfo, TlsPolicy, TlsSettings, TlsVersion};
 
 use std::collections::{BTreeMap, HashSet};
@@ -151,6 +154,11 @@ pub struct Config {
     pub listen_metrics_urls: Vec<Url>,
     /// The TLS flags of both sides.
     pub tls: TlsSettings,
+    /// `--auto-compaction-mode` and `--auto-compaction-retention`; `None`: disabled (a
+    /// retention of 0, etcd's default).
+    pub auto_compaction: Option<AutoCompaction>,
+    /// `--force-new-cluster`: restart this member's data as a one-member cluster.
+    pub force_new_cluster: bool,
 }
 
 /// One `name=url` group of `--initial-cluster`; a name given several times has several URLs.
@@ -540,6 +548,14 @@ fn resolve(
     let max_learners = to_usize(get("max-learners"), max_learners)?;
     let checks = checks::corruption_checks(settings, warnings)?;
 
+    let force_new_cluster = match get("force-new-cluster") {
+        None => false,
+        Some(s) => parse_go_bool(&s.value).ok_or_else(|| s.invalid(SYNTAX_ERROR))?,
+    };
+    // etcd checks the mode as it validates the flags, and reads the retention once its
+    // listeners are configured: after everything above.
+    let auto_compaction = compaction::resolve(settings, warnings)?;
+
     let listen_client_http_urls =
         optional_listen_urls(get("listen-client-http-urls"), "listen-client-http-urls")?;
     let listen_metrics_urls =
@@ -584,6 +600,8 @@ fn resolve(
         listen_client_http_urls,
         listen_metrics_urls,
         tls,
+        auto_compaction,
+        force_new_cluster,
     })
 }
 

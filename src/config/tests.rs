@@ -232,7 +232,7 @@ fn unimplemented_flags_are_refused_by_name() {
          (only --pre-vote=true, which is what QuantyKube does, is accepted)"
     );
     // A bare boolean flag means true, and never takes the next argument.
-    assert!(error(&["--force-new-cluster", "--name", "x"]).starts_with("--force-new-cluster "));
+    assert!(error(&["--enable-grpc-gateway", "--name", "x"]).starts_with("--enable-grpc-gateway "));
 }
 
 #[test]

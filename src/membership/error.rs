@@ -55,4 +55,6 @@ pub enum MembershipError {
     Bootstrap(String),
     #[error("member identity: {0}")]
     Identity(String),
+    #[error("--force-new-cluster: {0}")]
+    ForceNewCluster(String),
 }

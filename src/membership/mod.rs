@@ -4,13 +4,15 @@
 //! learners are and where their peers listen; the store keeps what each member
 //! published about itself (name, client URLs) and which ids were removed for good.
 //! This module owns etcd's rules for changes ([`rules`]), the leader's way of carrying
-//! them out ([`change`]), and a member's identity at start ([`join`]). It never serves
+//! them out ([`change`]), a member's identity at start ([`join`]), and the forced restart
+//! as a one-member cluster after a lost quorum ([`recovery`]). It never serves
 //! requests (`api::cluster` does) and never writes the store outside the raft log.
 
 pub mod change;
 pub mod discovery;
 mod error;
 pub mod join;
+pub mod recovery;
 pub mod rules;
 
 pub use change::{MemberChanges, Outcome};

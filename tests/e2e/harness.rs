@@ -396,6 +396,8 @@ struct Member {
     /// Set for a member that joins a running cluster (`--initial-cluster-state
     /// existing`); `None` for the members the cluster started with.
     join: Option<Join>,
+    /// Flags of this member alone, for its next starts (see [`Cluster::set_member_flags`]).
+    flags: Vec<String>,
 }
 
 /// How a member that joins a running cluster is started.
@@ -492,6 +494,7 @@ impl Cluster {
                     .metrics_urls
                     .then(|| format!("http://{ip}:{}", spare_ports(base_port, i)[0])),
                 join: None,
+                flags: Vec::new(),
             });
         }
         let initial_cluster = members
@@ -839,6 +842,7 @@ impl Cluster {
         if let Some(member_args) = &self.member_args {
             args.extend((member_args.0)(&spec));
         }
+        args.extend(m.flags.iter().cloned());
         let mut cmd = Command::new(&self.binary);
         if self.flags_as_env {
             flags.extend(args.iter().map(|a| split_flag(a)));
@@ -996,8 +1000,15 @@ impl Cluster {
             id: 0,
             metrics_url: None,
             join: None,
+            flags: Vec::new(),
         });
         i
+    }
+
+    /// Gives member `i` these flags (after the cluster's) from its next start on, e.g.
+    /// `--force-new-cluster` for a restart; an empty list takes them away again.
+    pub fn set_member_flags(&mut self, i: usize, flags: &[&str]) {
+        self.members[i].flags = flags.iter().map(|f| f.to_string()).collect();
     }
 
     /// Records the ID the server gave member `i` (from MemberAdd's answer).

@@ -6,6 +6,7 @@ mod harness;
 mod prometheus_text;
 mod raw;
 
+mod auto_compaction;
 mod bench_tool;
 mod cluster_boundaries;
 mod cluster_info;
@@ -13,6 +14,7 @@ mod corruption;
 mod differential;
 mod dns;
 mod etcdctl;
+mod force_new_cluster;
 mod http2_authority;
 mod kubeadm;
 mod kv_compact;
