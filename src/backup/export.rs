@@ -97,6 +97,23 @@ impl<'a> EtcdBuckets<'a> {
     }
 }
 
+impl EtcdBuckets<'_> {
+    /// Whether the planted `SnapshotSkipsVersion` leaves `change` out of the file.
+    #[cfg(feature = "planted-bugs")]
+    fn planted_skip(&self, change: &Result<crate::store::StoredChange, StoreError>) -> bool {
+        use crate::planted::{is_planted, PlantedBug};
+        is_planted(PlantedBug::SnapshotSkipsVersion)
+            && change
+                .as_ref()
+                .is_ok_and(|c| c.main == self.export.current_revision() - 1)
+    }
+
+    #[cfg(not(feature = "planted-bugs"))]
+    fn planted_skip(&self, _: &Result<crate::store::StoredChange, StoreError>) -> bool {
+        false
+    }
+}
+
 fn fixed<'a>(entries: &'a [(Vec<u8>, Vec<u8>)]) -> Entries<'a> {
     Box::new(entries.iter().map(|(k, v)| Ok((k.clone(), v.clone()))))
 }
@@ -110,20 +127,25 @@ impl Source for EtcdBuckets<'_> {
 
     fn entries<'a>(&'a self, bucket: &[u8]) -> Result<Entries<'a>, StoreError> {
         Ok(match bucket {
-            schema::KEY => Box::new(self.export.changes()?.map(|change| {
-                let change = change?;
-                let sub = i64::from(change.sub);
-                Ok(match &change.version {
-                    Some(kv) => (
-                        schema::revision_key(change.main, sub, false),
-                        schema::key_value_record(kv),
-                    ),
-                    None => (
-                        schema::revision_key(change.main, sub, true),
-                        schema::tombstone_record(&change.key),
-                    ),
-                })
-            })),
+            schema::KEY => Box::new(
+                self.export
+                    .changes()?
+                    .filter(|change| !self.planted_skip(change))
+                    .map(|change| {
+                        let change = change?;
+                        let sub = i64::from(change.sub);
+                        Ok(match &change.version {
+                            Some(kv) => (
+                                schema::revision_key(change.main, sub, false),
+                                schema::key_value_record(kv),
+                            ),
+                            None => (
+                                schema::revision_key(change.main, sub, true),
+                                schema::tombstone_record(&change.key),
+                            ),
+                        })
+                    }),
+            ),
             schema::LEASE => Box::new(self.export.leases()?.map(|lease| {
                 let lease = lease?;
                 Ok(schema::lease_entry(
