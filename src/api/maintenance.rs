@@ -52,7 +52,8 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(super::snapshot::stream(
             &self.node,
             self.header()?,
-        )))
+        )
+        .await))
     }
 
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {

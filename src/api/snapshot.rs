@@ -83,11 +83,12 @@ impl Write for BlobSender {
 }
 
 /// Starts streaming `node`'s store to a client.
-pub fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream {
+pub async fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream {
     let store = node.store().clone();
     let version = node.storage_version();
     if node.offload() == Offload::Inline {
-        return inline(&store, header, version);
+        let readable = store.readable().await;
+        return inline(&store, &readable, header, version);
     }
     let (queue, received) = mpsc::channel(BLOBS_IN_FLIGHT);
     tokio::task::spawn_blocking(move || {
@@ -131,11 +132,16 @@ pub fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream {
 /// `remaining_bytes` and the hash in a blob of its own.
 fn inline(
     store: &crate::store::RevisionStore,
+    readable: &crate::store::ReadGate,
     header: ResponseHeader,
     version: String,
 ) -> SnapshotStream {
     let mut db = Vec::new();
-    let messages = match export::write_database(store, Vec::new(), &mut db) {
+    let written = store
+        .export_while(readable)
+        .map_err(crate::backup::BackupError::from)
+        .and_then(|view| export::write_database_of(&view, Vec::new(), &mut db));
+    let messages = match written {
         Ok((written, digest)) => {
             let mut remaining = written.db_bytes;
             let mut first = Some((header, version));

@@ -199,8 +199,16 @@ pub fn write_database(
     alarms: Vec<(Vec<u8>, Vec<u8>)>,
     out: &mut dyn SnapshotSink,
 ) -> Result<(Written, [u8; 32]), BackupError> {
-    let export = store.export()?;
-    let buckets = EtcdBuckets::new(&export, alarms)?;
+    write_database_of(&store.export()?, alarms, out)
+}
+
+/// [`write_database`] of an export view the caller made.
+pub fn write_database_of(
+    export: &Export<'_>,
+    alarms: Vec<(Vec<u8>, Vec<u8>)>,
+    out: &mut dyn SnapshotSink,
+) -> Result<(Written, [u8; 32]), BackupError> {
+    let buckets = EtcdBuckets::new(export, alarms)?;
     let codec = |e: WriteError<StoreError>| match e {
         WriteError::Source(store) => BackupError::Store(store),
         other => BackupError::Write(other.to_string()),
