@@ -49,11 +49,9 @@ impl Maintenance for MaintenanceService {
         // before it was asked for, as a linearizable read would, so a member cut off
         // from the leader refuses rather than hand out its stale store.
         self.node.read_barrier().await?;
-        Ok(Response::new(super::snapshot::stream(
-            &self.node,
-            self.header()?,
-        )
-        .await))
+        Ok(Response::new(
+            super::snapshot::stream(&self.node, self.header()?).await,
+        ))
     }
 
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {

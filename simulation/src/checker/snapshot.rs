@@ -360,3 +360,186 @@ fn describe(versions: &[&Version]) -> String {
         .collect();
     shown.join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use quantykube::proto::mvccpb::KeyValue;
+    use quantykube_bbolt::{Source, SourceEntries};
+
+    use super::*;
+    use crate::history::Outcome;
+
+    /// A file's `key` bucket: (main, key, Some((value, create, version)) or a deletion).
+    type Spec = Vec<(i64, &'static str, Option<(&'static str, i64, i64)>)>;
+
+    struct File {
+        key: Vec<(Vec<u8>, Vec<u8>)>,
+        meta: Vec<(Vec<u8>, Vec<u8>)>,
+    }
+
+    impl Source for File {
+        type Error = Infallible;
+        fn buckets(&self) -> Vec<Vec<u8>> {
+            schema::BUCKETS.iter().map(|b| b.to_vec()).collect()
+        }
+        fn entries<'a>(
+            &'a self,
+            bucket: &[u8],
+        ) -> Result<SourceEntries<'a, Infallible>, Infallible> {
+            let entries = match bucket {
+                schema::KEY => &self.key,
+                schema::META => &self.meta,
+                _ => return Ok(Box::new(std::iter::empty())),
+            };
+            Ok(Box::new(entries.iter().cloned().map(Ok)))
+        }
+    }
+
+    fn snapshot(spec: Spec, compacted: i64) -> Vec<u8> {
+        let key = spec
+            .into_iter()
+            .map(|(main, key, live)| match live {
+                Some((value, create_revision, version)) => (
+                    schema::revision_key(main, 0, false),
+                    schema::key_value_record(&KeyValue {
+                        key: key.as_bytes().to_vec().into(),
+                        value: value.as_bytes().to_vec().into(),
+                        create_revision,
+                        mod_revision: main,
+                        version,
+                        lease: 0,
+                    }),
+                ),
+                None => (
+                    schema::revision_key(main, 0, true),
+                    schema::tombstone_record(&key.as_bytes().to_vec().into()),
+                ),
+            })
+            .collect();
+        let meta = if compacted > 0 {
+            vec![(
+                schema::FINISHED_COMPACT.to_vec(),
+                schema::compact_revision_value(compacted),
+            )]
+        } else {
+            Vec::new()
+        };
+        let mut bytes = Vec::new();
+        quantykube_bbolt::write_database(&File { key, meta }, &mut bytes, 4096).unwrap();
+        let digest = Sha256::digest(&bytes);
+        bytes.extend_from_slice(&digest);
+        bytes
+    }
+
+    fn record(invoked: u64, bytes: Vec<u8>) -> SnapshotRecord {
+        SnapshotRecord {
+            client: "snap".into(),
+            member: "n1".into(),
+            invoked: Duration::from_millis(invoked),
+            completed: Duration::from_millis(invoked + 1),
+            result: Ok(bytes),
+        }
+    }
+
+    fn write(op: Op, completed: u64, outcome: Outcome) -> Operation {
+        Operation {
+            client: "c".into(),
+            op,
+            invoked: Duration::from_millis(completed - 1),
+            completed: Duration::from_millis(completed),
+            outcome,
+            member: None,
+        }
+    }
+
+    fn put(key: &str, value: &str, completed: u64, revision: i64) -> Operation {
+        let op = Op::Put {
+            key: key.into(),
+            value: value.into(),
+        };
+        write(op, completed, Outcome::Written { revision })
+    }
+
+    /// k0 put twice, k1 put then deleted, k2 put with an unknown outcome.
+    fn history() -> Vec<Operation> {
+        vec![
+            put("k0", "a", 10, 2),
+            put("k1", "b", 20, 3),
+            put("k0", "c", 30, 4),
+            write(
+                Op::Delete { key: "k1".into() },
+                40,
+                Outcome::Deleted {
+                    revision: 5,
+                    deleted: 1,
+                },
+            ),
+            write(
+                Op::Put {
+                    key: "k2".into(),
+                    value: "d".into(),
+                },
+                50,
+                Outcome::Unknown("timeout".into()),
+            ),
+        ]
+    }
+
+    fn sound() -> Spec {
+        vec![
+            (2, "k0", Some(("a", 2, 1))),
+            (3, "k1", Some(("b", 3, 1))),
+            (4, "k0", Some(("c", 2, 2))),
+            (5, "k1", None),
+        ]
+    }
+
+    fn judged(spec: Spec, compacted: i64, invoked: u64) -> Vec<&'static str> {
+        let bytes = snapshot(spec, compacted);
+        check_snapshots(&[record(invoked, bytes)], &history())
+            .iter()
+            .map(|v| v.property)
+            .collect()
+    }
+
+    #[test]
+    fn a_sound_file_passes_with_or_without_an_unknown_write() {
+        assert!(judged(sound(), 0, 45).is_empty());
+        let mut with_unknown = sound();
+        with_unknown.push((6, "k2", Some(("d", 6, 1))));
+        assert!(judged(with_unknown, 0, 60).is_empty());
+    }
+
+    #[test]
+    fn a_cut_or_corrupt_file_fails_integrity() {
+        let mut bytes = snapshot(sound(), 0);
+        bytes.truncate(bytes.len() - 1);
+        let cut = check_snapshots(&[record(45, bytes)], &history());
+        assert_eq!(cut[0].property, "snapshot-integrity");
+        let mut bytes = snapshot(sound(), 0);
+        bytes[100] ^= 1;
+        let flipped = check_snapshots(&[record(45, bytes)], &history());
+        assert_eq!(flipped[0].property, "snapshot-integrity");
+    }
+
+    #[test]
+    fn a_stale_or_incomplete_file_is_caught() {
+        // Called after revision 5 was acknowledged, at revision 4.
+        assert_eq!(judged(sound()[..3].to_vec(), 0, 45), ["snapshot-fresh"]);
+        // Revision 4 left out.
+        let mut skipped = sound();
+        skipped.remove(2);
+        assert_eq!(judged(skipped, 0, 45), ["snapshot-history"]);
+        // A value no client wrote.
+        let mut invented = sound();
+        invented[2] = (4, "k0", Some(("x", 2, 2)));
+        assert_eq!(judged(invented, 0, 45), ["snapshot-history"]);
+        // A version count that skips.
+        let mut versions = sound();
+        versions[2] = (4, "k0", Some(("c", 2, 3)));
+        assert_eq!(judged(versions, 0, 45), ["snapshot-versions"]);
+    }
+}
