@@ -75,6 +75,5 @@ pub fn misplaced_put(
     put.key = [&put.key[..], b"~"].concat().into();
     Some(crate::proto::command::Command {
         request: Some(Request::Put(put)),
-        ..command.clone()
     })
 }
