@@ -3,8 +3,9 @@
 //!
 //! Compiled only with the `planted-bugs` feature, which only the simulation crate
 //! enables. Every switch is off until a test turns it on; the server consults this
-//! module at exactly six places (read index, write acknowledgement, apply, a watch's
-//! catch-up, the lessor's timers, a member's removal), each behind the same feature. It must never be enabled in a build that
+//! module at exactly eight places (read index, write acknowledgement, apply twice, a
+//! Put misplaced at apply, a watch's catch-up, the lessor's timers, a member's removal,
+//! the snapshot export's `key` bucket), each behind the same feature. It must never be enabled in a build that
 //! serves users.
 
 use std::sync::Mutex;
@@ -25,6 +26,13 @@ pub enum PlantedBug {
     /// A removed member ignores its removal and goes on serving, answering
     /// linearizable reads from its own (no longer updated) state.
     RemovedMemberServes,
+    /// The snapshot export leaves out one version: the one at the revision just
+    /// before the store's current one (the file still ends with a valid SHA-256).
+    SnapshotSkipsVersion,
+    /// The member with this id applies every Put of a key ending in `0` to that key
+    /// with `~` appended: it makes the same revision as the others, but the key
+    /// silently keeps its old state (and a key nobody wrote appears).
+    MemberMisplacesPuts { member: u64 },
 }
 
 static PLANTED: Mutex<Vec<PlantedBug>> = Mutex::new(Vec::new());
@@ -45,4 +53,27 @@ pub fn clear() {
 
 pub fn is_planted(bug: PlantedBug) -> bool {
     PLANTED.lock().is_ok_and(|planted| planted.contains(&bug))
+}
+
+/// The `MemberMisplacesPuts` rewrite of `command` for `member`, if planted and it
+/// applies (a Put of a key ending in `0`).
+pub fn misplaced_put(
+    member: u64,
+    command: &crate::proto::command::Command,
+) -> Option<crate::proto::command::Command> {
+    use crate::proto::command::command::Request;
+    if !is_planted(PlantedBug::MemberMisplacesPuts { member }) {
+        return None;
+    }
+    let Some(Request::Put(put)) = &command.request else {
+        return None;
+    };
+    if !put.key.ends_with(b"0") {
+        return None;
+    }
+    let mut put = put.clone();
+    put.key = [&put.key[..], b"~"].concat().into();
+    Some(crate::proto::command::Command {
+        request: Some(Request::Put(put)),
+    })
 }

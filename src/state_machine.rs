@@ -110,6 +110,9 @@ impl StateMachine {
                 }) {
                     batch.command(log_id, &command)?;
                 }
+                #[cfg(feature = "planted-bugs")]
+                let command =
+                    crate::planted::misplaced_put(self.member, &command).unwrap_or(command);
                 let result = batch.command(log_id, &command)?;
                 Ok(CommandOutcome(result.encode_to_vec().into()))
             }

@@ -14,6 +14,13 @@
 //!   to, one per lease (none skipped, none invented);
 //! - linearizability (in [`linearizability`], run by [`check_healed_cluster`]): one
 //!   order of all operations explains every answer a client got;
+//! - HashKV agreement ([`await_hash_agreement`], in `hashkv`): once healed, every
+//!   member answers `HashKV` alike (hash, hash revision, compact revision) at the
+//!   current revision and at earlier ones, as etcd's corruption check compares them;
+//! - snapshots ([`check_snapshots`], in `snapshot`): every snapshot file a client
+//!   fetched has a valid SHA-256 trailer, opens as etcd's bbolt database and holds the
+//!   key space at one revision, no older than the writes acknowledged before the call,
+//!   with exactly the versions the clients' writes explain;
 //! - durability ([`check_durability`]): reading at its revision, every acknowledged Put
 //!   and Cas is there on every member, unless a Compact the clients sent removed that
 //!   revision;
@@ -34,12 +41,16 @@
 //! It must never change the cluster (reads only) and never excuse a violation: a check
 //! that cannot decide (e.g. a member that does not answer) reports it as a violation.
 
+mod hashkv;
 mod lease;
 mod membership;
+mod snapshot;
 mod watch;
 
+pub use hashkv::await_hash_agreement;
 pub use lease::{check_leases, LIVENESS_SLACK, SAFETY_SLACK};
 pub use membership::{await_member_lists, check_membership, MembershipFacts};
+pub use snapshot::check_snapshots;
 pub use watch::check_watches;
 
 use std::collections::BTreeMap;
@@ -476,8 +487,12 @@ fn is_compacted(error: &etcd_client::Error) -> bool {
         if status.code() == tonic::Code::OutOfRange && status.message().contains("compacted"))
 }
 
+/// How long members may take, once converged, to agree on `HashKV` (a compaction
+/// may still be applying on one).
+const HASH_AGREEMENT: Duration = Duration::from_secs(10);
+
 /// Every check once faults are healed, each reporting on its own, in this order: the
-/// members converge (within `within`), the clients' revisions are sound, the history
+/// members converge (within `within`), they agree on `HashKV`, the clients' revisions are sound, the history
 /// is linearizable ([`linearizability::check`]), every revision after
 /// `initial_revision` is accounted for by the clients' writes, every member still has
 /// every acknowledged Put, and every read answered from one revision's state. Returns
@@ -496,6 +511,7 @@ pub async fn check_all(
             violations.push(violation);
             Vec::new()
         });
+    violations.extend(await_hash_agreement(members, HASH_AGREEMENT).await.err());
     violations.extend(check_revisions(operations).err());
     violations.extend(linearizability::check(operations, initial_revision).err());
     if let Some(first) = digests.first() {

@@ -4,13 +4,16 @@
 //! This module owns [`History`] (shared by every client host of one simulation),
 //! [`Operation`] and its parts (key-value requests and lease requests alike, each with
 //! the member that answered it), (in `watch`) [`WatchLog`], what one watch client saw,
-//! and (in `membership`) [`MembershipLog`], the membership changes a client asked for.
+//! (in `membership`) [`MembershipLog`], the membership changes a client asked for, and
+//! (in `snapshot`) [`SnapshotLog`], the snapshot files clients fetched.
 //! It records; it never judges (the checkers do) and never talks to the cluster.
 
 mod membership;
+mod snapshot;
 mod watch;
 
 pub use membership::{ChangeOutcome, ListedMember, MemberChange, MembershipEntry, MembershipLog};
+pub use snapshot::{SnapshotLog, SnapshotRecord};
 pub use watch::{EventKind, WatchEntry, WatchEvent, WatchLog, WatchResponseRecord};
 
 use std::fmt;

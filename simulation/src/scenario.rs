@@ -1,6 +1,6 @@
 //! One seed from start to verdict: a 3- or 5-member cluster, concurrent [`Mixed`]
 //! clients, one or two [`WatchClient`]s watching their keys, one [`LeaseClient`] with
-//! keys of its own, in some seeds a [`MembershipClient`] adding, removing and
+//! keys of its own, one [`SnapshotClient`] taking backups, in some seeds a [`MembershipClient`] adding, removing and
 //! replacing members meanwhile, the seed's [`FaultPlan`], healing, and every checker.
 //!
 //! This module owns [`Scenario`] (what a seed runs) and [`SeedReport`] (what came of
@@ -21,11 +21,11 @@ use crate::checker::{self, Fnv};
 use crate::cluster::SimCluster;
 use crate::error::SimError;
 use crate::faults::{step_until, FaultPlan, Injector, LeaderWatch};
-use crate::history::{History, MembershipLog, Op, Operation, Outcome, WatchLog};
+use crate::history::{History, MembershipLog, Op, Operation, Outcome, SnapshotLog, WatchLog};
 use crate::rng::{mix, SimRng};
 use crate::workload::{
-    LeaseClient, MembershipClient, MembershipOp, MembershipStep, Mixed, WatchClient, WatchTarget,
-    WritesInFlight,
+    LeaseClient, MembershipClient, MembershipOp, MembershipStep, Mixed, SnapshotClient,
+    WatchClient, WatchTarget, WritesInFlight,
 };
 
 /// How long watch clients may take, once the writers are done, to deliver the last
@@ -179,6 +179,8 @@ impl Scenario {
             operations: 0,
             unknown: 0,
             watch_events: 0,
+            snapshots: 0,
+            snapshots_failed: 0,
             violations: Vec::new(),
             trace: Vec::new(),
             trace_hash: 0,
@@ -315,6 +317,19 @@ impl Scenario {
             Ok(())
         });
 
+        let snapshot_log = SnapshotLog::new();
+        let snapshot_finished = Rc::new(Cell::new(false));
+        let snapshots = SnapshotClient {
+            run_for,
+            ..SnapshotClient::new("snap1", directory.clone(), mix(self.seed, 500))
+        };
+        let (log, done) = (snapshot_log.clone(), snapshot_finished.clone());
+        sim.client("snap1", async move {
+            snapshots.run(log).await?;
+            done.set(true);
+            Ok(())
+        });
+
         let membership_log = MembershipLog::new("membership");
         let membership_finished = Rc::new(Cell::new(self.membership.is_empty()));
         if !self.membership.is_empty() {
@@ -352,6 +367,12 @@ impl Scenario {
         if !injector.step_until(sim, limit, || finished.get() == clients)? {
             return Err(SimError::Timeout(format!(
                 "clients still running {limit:?} after the faults"
+            )));
+        }
+        let snapshot_limit = Duration::from_secs(30);
+        if !injector.step_until(sim, snapshot_limit, || snapshot_finished.get())? {
+            return Err(SimError::Timeout(format!(
+                "the snapshot client still running {snapshot_limit:?} after the writers"
             )));
         }
         let membership_limit = Duration::from_secs(90);
@@ -435,6 +456,15 @@ impl Scenario {
                 .map(ToString::to_string),
         );
         let operations = history.operations();
+        let fetched = snapshot_log.records();
+        report.snapshots = fetched.iter().filter(|r| r.result.is_ok()).count();
+        report.snapshots_failed = fetched.len() - report.snapshots;
+        report.trace.extend(snapshot_log.trace());
+        report.violations.extend(
+            checker::check_snapshots(&fetched, &operations)
+                .iter()
+                .map(ToString::to_string),
+        );
         report.trace.push(lease_digest("lease1", &operations));
         report.leases = operations
             .iter()
@@ -562,6 +592,9 @@ pub struct SeedReport {
     pub unknown: usize,
     /// Events the watchers got (and the watch checker judged).
     pub watch_events: usize,
+    /// Snapshot files fetched complete (and checked), and calls that failed.
+    pub snapshots: usize,
+    pub snapshots_failed: usize,
     /// Every violated property and every failure of the run; empty if the seed passed.
     pub violations: Vec<String>,
     /// Findings of the server bugs the run knows of ([`KnownIssues`]): reported, not
@@ -587,7 +620,8 @@ impl SeedReport {
     pub fn summary(&self) -> String {
         format!(
             "seed {}: {} members, {} clients, {} watchers, {} leases, {} membership changes, {} \
-             faults, {} ops ({} unknown), {} watch events, {:.1}s simulated in {:.1}s, {}{}",
+             faults, {} ops ({} unknown), {} watch events, {} snapshots ({} failed), {:.1}s \
+             simulated in {:.1}s, {}{}",
             self.seed,
             self.plan.nodes,
             self.clients,
@@ -598,6 +632,8 @@ impl SeedReport {
             self.operations,
             self.unknown,
             self.watch_events,
+            self.snapshots,
+            self.snapshots_failed,
             self.simulated.as_secs_f64(),
             self.real.as_secs_f64(),
             if self.passed() { "ok" } else { "FAILED" },

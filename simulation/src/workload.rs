@@ -9,7 +9,8 @@
 //! holds one), [`LeaseClient`] (leases with keys attached, some kept alive for a
 //! while, some revoked, their keys polled until they go), [`MembershipClient`] (an
 //! operator adding, promoting, removing and replacing members, moving the leadership
-//! and updating peer URLs), and how each request is sent
+//! and updating peer URLs), [`SnapshotClient`] (backups with Maintenance.Snapshot on
+//! seed-chosen members meanwhile), and how each request is sent
 //! (`execute`). Every request goes into a
 //! [`History`], every watch response into a [`crate::history::WatchLog`]. It must never
 //! judge the results (the checkers do) and never inject faults.
@@ -17,11 +18,13 @@
 mod lease;
 mod membership;
 mod mixed;
+mod snapshot;
 mod watch;
 
 pub use lease::LeaseClient;
 pub use membership::{MembershipClient, MembershipOp, MembershipStep};
 pub use mixed::{Mix, Mixed, WritesInFlight};
+pub use snapshot::SnapshotClient;
 pub use watch::{WatchClient, WatchTarget};
 
 use std::time::Duration;

@@ -47,10 +47,13 @@ impl Maintenance for MaintenanceService {
         &self,
         _: Request<SnapshotRequest>,
     ) -> Result<Response<super::snapshot::SnapshotStream>, Status> {
-        Ok(Response::new(super::snapshot::stream(
-            &self.node,
-            self.header()?,
-        )))
+        // A backup is taken to be restored: it must hold every write acknowledged
+        // before it was asked for, as a linearizable read would, so a member cut off
+        // from the leader refuses rather than hand out its stale store.
+        self.node.read_barrier().await?;
+        Ok(Response::new(
+            super::snapshot::stream(&self.node, self.header()?).await,
+        ))
     }
 
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {

@@ -5,6 +5,8 @@
 //! The file is produced on a blocking thread while it is sent (`backup::export`), with
 //! a few blobs in flight at most: a slow client slows the export, never the member's
 //! memory, and writes go on meanwhile. A client that goes away stops the export.
+//! Under deterministic simulation (`Offload::Inline`) no thread may escape the
+//! simulator, so the file is written inline into memory first, then sent the same way.
 
 use std::io::{self, Write};
 use std::pin::Pin;
@@ -18,6 +20,7 @@ use tonic::Status;
 use super::status;
 use crate::backup::export;
 use crate::node::Node;
+use crate::offload::Offload;
 use crate::proto::etcdserverpb::{ResponseHeader, SnapshotResponse};
 
 /// etcd's `snapshotSendBufferSize`.
@@ -80,8 +83,7 @@ impl Write for BlobSender {
 }
 
 /// Starts streaming `node`'s store to a client.
-pub fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream {
-    let (queue, received) = mpsc::channel(BLOBS_IN_FLIGHT);
+pub async fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream {
     let store = node.store().clone();
     let version = node.storage_version();
     // etcd's `alarm` bucket: each active alarm's `AlarmMember`, an empty value.
@@ -90,6 +92,11 @@ pub fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream {
         .iter()
         .map(|alarm| (prost::Message::encode_to_vec(alarm), Vec::new()))
         .collect();
+    if node.offload() == Offload::Inline {
+        let readable = store.readable().await;
+        return inline(&store, &readable, header, version, alarms);
+    }
+    let (queue, received) = mpsc::channel(BLOBS_IN_FLIGHT);
     tokio::task::spawn_blocking(move || {
         let mut sender = BlobSender {
             queue,
@@ -123,4 +130,43 @@ pub fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream {
         }
     });
     Box::pin(ReceiverStream::new(received))
+}
+
+/// The simulation's snapshot: the whole file written on the calling task (a simulated
+/// store is small), then cut into the blobs a streamed export sends, with the same
+/// `remaining_bytes` and the hash in a blob of its own.
+fn inline(
+    store: &crate::store::RevisionStore,
+    readable: &crate::store::ReadGate,
+    header: ResponseHeader,
+    version: String,
+    alarms: Vec<(Vec<u8>, Vec<u8>)>,
+) -> SnapshotStream {
+    let mut db = Vec::new();
+    let written = store
+        .export_while(readable)
+        .map_err(crate::backup::BackupError::from)
+        .and_then(|view| export::write_database_of(&view, alarms, &mut db));
+    let messages = match written {
+        Ok((written, digest)) => {
+            let mut remaining = written.db_bytes;
+            let mut first = Some((header, version));
+            let mut messages = Vec::new();
+            for blob in db.chunks(BLOB_BYTES).chain(std::iter::once(&digest[..])) {
+                remaining = remaining.saturating_sub(blob.len() as u64);
+                let (header, version) = first
+                    .take()
+                    .map_or((None, String::new()), |(h, v)| (Some(h), v));
+                messages.push(Ok(SnapshotResponse {
+                    header,
+                    remaining_bytes: remaining,
+                    blob: blob.to_vec().into(),
+                    version,
+                }));
+            }
+            messages
+        }
+        Err(error) => vec![Err(status::from_backup(error))],
+    };
+    Box::pin(futures::stream::iter(messages))
 }

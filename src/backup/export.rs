@@ -95,6 +95,23 @@ impl<'a> EtcdBuckets<'a> {
     }
 }
 
+impl EtcdBuckets<'_> {
+    /// Whether the planted `SnapshotSkipsVersion` leaves `change` out of the file.
+    #[cfg(feature = "planted-bugs")]
+    fn planted_skip(&self, change: &Result<crate::store::StoredChange, StoreError>) -> bool {
+        use crate::planted::{is_planted, PlantedBug};
+        is_planted(PlantedBug::SnapshotSkipsVersion)
+            && change
+                .as_ref()
+                .is_ok_and(|c| c.main == self.export.current_revision() - 1)
+    }
+
+    #[cfg(not(feature = "planted-bugs"))]
+    fn planted_skip(&self, _: &Result<crate::store::StoredChange, StoreError>) -> bool {
+        false
+    }
+}
+
 fn fixed<'a>(entries: &'a [(Vec<u8>, Vec<u8>)]) -> Entries<'a> {
     Box::new(entries.iter().map(|(k, v)| Ok((k.clone(), v.clone()))))
 }
@@ -108,20 +125,25 @@ impl Source for EtcdBuckets<'_> {
 
     fn entries<'a>(&'a self, bucket: &[u8]) -> Result<Entries<'a>, StoreError> {
         Ok(match bucket {
-            schema::KEY => Box::new(self.export.changes()?.map(|change| {
-                let change = change?;
-                let sub = i64::from(change.sub);
-                Ok(match &change.version {
-                    Some(kv) => (
-                        schema::revision_key(change.main, sub, false),
-                        schema::key_value_record(kv),
-                    ),
-                    None => (
-                        schema::revision_key(change.main, sub, true),
-                        schema::tombstone_record(&change.key),
-                    ),
-                })
-            })),
+            schema::KEY => Box::new(
+                self.export
+                    .changes()?
+                    .filter(|change| !self.planted_skip(change))
+                    .map(|change| {
+                        let change = change?;
+                        let sub = i64::from(change.sub);
+                        Ok(match &change.version {
+                            Some(kv) => (
+                                schema::revision_key(change.main, sub, false),
+                                schema::key_value_record(kv),
+                            ),
+                            None => (
+                                schema::revision_key(change.main, sub, true),
+                                schema::tombstone_record(&change.key),
+                            ),
+                        })
+                    }),
+            ),
             schema::LEASE => Box::new(self.export.leases()?.map(|lease| {
                 let lease = lease?;
                 Ok(schema::lease_entry(
@@ -175,8 +197,16 @@ pub fn write_database(
     alarms: Vec<(Vec<u8>, Vec<u8>)>,
     out: &mut dyn SnapshotSink,
 ) -> Result<(Written, [u8; 32]), BackupError> {
-    let export = store.export()?;
-    let buckets = EtcdBuckets::new(&export, alarms)?;
+    write_database_of(&store.export()?, alarms, out)
+}
+
+/// [`write_database`] of an export view the caller made.
+pub fn write_database_of(
+    export: &Export<'_>,
+    alarms: Vec<(Vec<u8>, Vec<u8>)>,
+    out: &mut dyn SnapshotSink,
+) -> Result<(Written, [u8; 32]), BackupError> {
+    let buckets = EtcdBuckets::new(export, alarms)?;
     let codec = |e: WriteError<StoreError>| match e {
         WriteError::Source(store) => BackupError::Store(store),
         other => BackupError::Write(other.to_string()),

@@ -49,6 +49,17 @@ impl RevisionStore {
             let _no_install = self.install_gate.blocking_read();
             self.db.snapshot()
         };
+        self.export_of(snapshot)
+    }
+
+    /// [`RevisionStore::export`] for a caller that already holds `readable`: it never
+    /// blocks on the install gate, so an async task may call it (the simulation's
+    /// inline snapshot does).
+    pub fn export_while(&self, _readable: &super::ReadGate) -> Result<Export<'_>, StoreError> {
+        self.export_of(self.db.snapshot())
+    }
+
+    fn export_of<'s>(&'s self, snapshot: Snapshot<'s>) -> Result<Export<'s>, StoreError> {
         let revisions = meta::read_revisions(self, Some(&snapshot))?;
         let applied = meta::read_applied_at(self, &snapshot)?;
         Ok(Export {

@@ -5,7 +5,8 @@
 //! concurrent clients doing Put, Range, Txn compare-and-swap, DeleteRange and Compact,
 //! one or two watchers over their keys, a lease client, in a quarter of the seeds a
 //! membership client (members added, promoted, removed and replaced, the leadership
-//! moved, peer URLs updated), and every checker at the end. Split into four tests so
+//! moved, peer URLs updated), a snapshot client taking backups throughout, and every
+//! checker at the end (HashKV agreement and the snapshot files' among them). Split into four tests so
 //! that the harness runs them side by side.
 //!
 //! A failing seed is printed with its fault plan, its faults as injected, its
@@ -40,12 +41,21 @@ fn run_part(part: u64) {
     let faults: usize = reports.iter().map(|r| r.injected).sum();
     let changes: usize = reports.iter().map(|r| r.membership_changes).sum();
     let known: usize = reports.iter().map(|r| r.known.len()).sum();
+    let snapshots: usize = reports.iter().map(|r| r.snapshots).sum();
+    let snapshots_failed: usize = reports.iter().map(|r| r.snapshots_failed).sum();
     let simulated: f64 = reports.iter().map(|r| r.simulated.as_secs_f64()).sum();
     let real: f64 = reports.iter().map(|r| r.real.as_secs_f64()).sum();
     eprintln!(
         "CI seeds part {part}: {} seeds, {operations} operations ({unknown} unknown), \
          {faults} faults, {changes} membership changes ({known} findings of known server \
-         bugs), {simulated:.0}s simulated in {real:.0}s",
+         bugs), {snapshots} snapshots checked ({snapshots_failed} calls failed), \
+         {simulated:.0}s simulated in {real:.0}s",
+        reports.len()
+    );
+    // The snapshot checker must have had files to judge, not only failed calls.
+    assert!(
+        snapshots >= reports.len(),
+        "only {snapshots} complete snapshots over {} seeds",
         reports.len()
     );
     let failed: Vec<String> = reports
