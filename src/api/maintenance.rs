@@ -47,10 +47,7 @@ impl Maintenance for MaintenanceService {
         &self,
         _: Request<SnapshotRequest>,
     ) -> Result<Response<super::snapshot::SnapshotStream>, Status> {
-        // A backup is taken to be restored: it must hold every write acknowledged
-        // before it was asked for, as a linearizable read would, so a member cut off
-        // from the leader refuses rather than hand out its stale store.
-        self.node.read_barrier().await?;
+        super::snapshot::await_read_index(&self.node).await;
         Ok(Response::new(
             super::snapshot::stream(&self.node, self.header()?).await,
         ))

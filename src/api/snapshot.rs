@@ -2,6 +2,12 @@
 //! streams its backend: 32 KiB blobs of the database with the bytes still to come,
 //! then one blob holding the SHA-256 of everything before it.
 //!
+//! First the member waits, up to [`READ_INDEX_WAIT`], for a read index from the leader,
+//! so that a member in touch with one sends every write acknowledged before the call,
+//! as a linearizable read would. A member without a leader then sends what it has, as
+//! etcd always does: after a lost quorum, a survivor's snapshot is how an operator
+//! rescues the data (docs/operations.md).
+//!
 //! The file is produced on a blocking thread while it is sent (`backup::export`), with
 //! a few blobs in flight at most: a slow client slows the export, never the member's
 //! memory, and writes go on meanwhile. A client that goes away stops the export.
@@ -22,6 +28,37 @@ use crate::backup::export;
 use crate::node::Node;
 use crate::offload::Offload;
 use crate::proto::etcdserverpb::{ResponseHeader, SnapshotResponse};
+
+/// How long Snapshot waits for the leader's read index before it sends the member's own
+/// state. A call that ends sooner passed the read index (the simulation's checker
+/// relies on it).
+pub const READ_INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// Between two tries for a read index while no leader answers.
+const READ_INDEX_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Waits for the leader's read index, up to [`READ_INDEX_WAIT`], retrying while there
+/// is none (an election may end meanwhile).
+pub async fn await_read_index(node: &Node) {
+    let deadline = tokio::time::Instant::now() + READ_INDEX_WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match tokio::time::timeout(left, node.read_barrier()).await {
+            Ok(Ok(())) => return,
+            Ok(Err(_)) if tokio::time::Instant::now() + READ_INDEX_RETRY < deadline => {
+                tokio::time::sleep(READ_INDEX_RETRY).await;
+            }
+            _ => {
+                // Wait the window out, so that a call shorter than it always had the
+                // read index.
+                tokio::time::sleep_until(deadline).await;
+                tracing::warn!(
+                    "sending a database snapshot without the leader's read index: it may miss the latest writes"
+                );
+                return;
+            }
+        }
+    }
+}
 
 /// etcd's `snapshotSendBufferSize`.
 const BLOB_BYTES: usize = 32 * 1024;

@@ -76,9 +76,18 @@ async fn grants_revokes_and_questions_are_answered_on_every_member() {
     expected.sort();
     assert_eq!(leases, expected);
 
-    // A revoke deletes every attached key in one revision, which watchers see.
+    // A revoke deletes every attached key in one revision, which watchers see. The
+    // watch starts after the puts: f1 may not have applied them yet when it is created.
+    let after_puts = header_rev(on_f2.get("l", None).await.unwrap().header()) + 1;
     let mut watch = on_f1
-        .watch("l", Some(WatchOptions::new().with_prefix()))
+        .watch(
+            "l",
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(after_puts),
+            ),
+        )
         .await
         .unwrap();
     assert!(watch.message().await.unwrap().unwrap().created());

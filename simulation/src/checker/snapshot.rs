@@ -13,7 +13,9 @@
 //! bucket's compaction revision C if higher. What it must hold:
 //! - `snapshot-integrity`: the trailer is the SHA-256 of the database, which opens
 //!   with every bucket etcd creates and a `key` bucket of well-formed revisions;
-//! - `snapshot-fresh`: R is at least every revision acknowledged before the call;
+//! - `snapshot-fresh`: R is at least every revision acknowledged before the call, when
+//!   the call ended within `READ_INDEX_WAIT` (so the member had the leader's read index;
+//!   after that wait a member without a leader sends its own state, as etcd does);
 //! - `snapshot-history`: every acknowledged write in (C, R] is in the file as sent, and
 //!   every version in the file is a write a client sent (acknowledged at that revision,
 //!   or of unknown outcome with that key and value, or a lease key's deletion);
@@ -218,12 +220,20 @@ impl<'a> Model<'a> {
         let what = |detail: String| format!("{record}: {detail}");
         let c = file.compacted;
         let r = file.versions.last().map_or(0, |v| v.main).max(c);
-        // Completion times are tick-granular: only strictly earlier writes count.
-        if let Some((_, before)) = self
-            .completions
-            .iter()
-            .filter(|(completed, _)| *completed < record.invoked)
-            .max_by_key(|(_, revision)| *revision)
+        // A member waits up to READ_INDEX_WAIT for the leader's read index and then
+        // sends what it has (a survivor of a lost quorum must be able to): only a call
+        // that ended sooner surely had it. Completion times are tick-granular: only
+        // strictly earlier writes count.
+        let had_read_index = record.completed.saturating_sub(record.invoked)
+            < quantykube::api::snapshot::READ_INDEX_WAIT;
+        if let Some((_, before)) = had_read_index
+            .then(|| {
+                self.completions
+                    .iter()
+                    .filter(|(completed, _)| *completed < record.invoked)
+                    .max_by_key(|(_, revision)| *revision)
+            })
+            .flatten()
         {
             if r < *before {
                 return Err(Violation::new(
@@ -523,6 +533,14 @@ mod tests {
         bytes[100] ^= 1;
         let flipped = check_snapshots(&[record(45, bytes)], &history());
         assert_eq!(flipped[0].property, "snapshot-integrity");
+    }
+
+    #[test]
+    fn a_stale_file_passes_only_after_the_read_index_wait() {
+        let bytes = snapshot(sound()[..3].to_vec(), 0);
+        let mut late = record(45, bytes);
+        late.completed = late.invoked + quantykube::api::snapshot::READ_INDEX_WAIT;
+        assert!(check_snapshots(&[late], &history()).is_empty());
     }
 
     #[test]
