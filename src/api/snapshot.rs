@@ -12,7 +12,8 @@
 //! a few blobs in flight at most: a slow client slows the export, never the member's
 //! memory, and writes go on meanwhile. A client that goes away stops the export.
 //! Under deterministic simulation (`Offload::Inline`) no thread may escape the
-//! simulator, so the file is written inline into memory first, then sent the same way.
+//! simulator, so the file is written on the calling task into a list of the same blobs,
+//! sent once done.
 
 use std::io::{self, Write};
 use std::pin::Pin;
@@ -24,10 +25,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use super::status;
-use crate::backup::export;
+use crate::backup::{export, BackupError};
 use crate::node::Node;
 use crate::offload::Offload;
 use crate::proto::etcdserverpb::{ResponseHeader, SnapshotResponse};
+use crate::store::Export;
 
 /// How long Snapshot waits for the leader's read index before it sends the member's own
 /// state. A call that ends sooner passed the read index (the simulation's checker
@@ -68,48 +70,100 @@ const BLOBS_IN_FLIGHT: usize = 8;
 pub type SnapshotStream =
     Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send + 'static>>;
 
-/// Cuts what the export writes into blobs and queues them for the client.
-struct BlobSender {
-    queue: mpsc::Sender<Result<SnapshotResponse, Status>>,
+/// Where the blobs go: a queue the client drains while the export runs on a blocking
+/// thread, or (the simulation, `Offload::Inline`) a list sent once the export is done.
+trait Outbox {
+    fn deliver(&mut self, message: Result<SnapshotResponse, Status>) -> io::Result<()>;
+}
+
+impl Outbox for mpsc::Sender<Result<SnapshotResponse, Status>> {
+    fn deliver(&mut self, message: Result<SnapshotResponse, Status>) -> io::Result<()> {
+        self.blocking_send(message)
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))
+    }
+}
+
+impl Outbox for Vec<Result<SnapshotResponse, Status>> {
+    fn deliver(&mut self, message: Result<SnapshotResponse, Status>) -> io::Result<()> {
+        self.push(message);
+        Ok(())
+    }
+}
+
+/// Cuts what the export writes into blobs for an [`Outbox`].
+struct BlobSender<O> {
+    outbox: O,
     blob: Vec<u8>,
     /// The first message carries the header and the storage version.
     first: Option<(ResponseHeader, String)>,
     remaining: u64,
 }
 
-impl BlobSender {
-    fn send(&mut self, blob: Vec<u8>, remaining: u64) -> io::Result<()> {
+impl<O: Outbox> BlobSender<O> {
+    fn new(outbox: O, header: ResponseHeader, version: String) -> Self {
+        BlobSender {
+            outbox,
+            blob: Vec::with_capacity(BLOB_BYTES),
+            first: Some((header, version)),
+            remaining: 0,
+        }
+    }
+
+    fn send(&mut self, blob: Vec<u8>) -> io::Result<()> {
+        self.remaining = self.remaining.saturating_sub(blob.len() as u64);
         let (header, version) = self
             .first
             .take()
             .map_or((None, String::new()), |(h, v)| (Some(h), v));
-        self.queue
-            .blocking_send(Ok(SnapshotResponse {
-                header,
-                remaining_bytes: remaining,
-                blob: blob.into(),
-                version,
-            }))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))
+        self.outbox.deliver(Ok(SnapshotResponse {
+            header,
+            remaining_bytes: self.remaining,
+            blob: blob.into(),
+            version,
+        }))
+    }
+
+    /// Sends the whole file: the database as the export writes it, its last partial
+    /// blob, then the SHA-256 in a blob of its own; a failure goes to the client as
+    /// its status.
+    fn send_file(&mut self, export: &Export<'_>, alarms: Vec<(Vec<u8>, Vec<u8>)>) {
+        let write_error = |e: io::Error| BackupError::Write(e.to_string());
+        let result = export::write_database(export, alarms, self).and_then(|(written, digest)| {
+            let last = std::mem::take(&mut self.blob);
+            if !last.is_empty() {
+                self.send(last).map_err(write_error)?;
+            }
+            self.send(digest.to_vec()).map_err(write_error)?;
+            Ok(written)
+        });
+        match result {
+            Ok(written) => tracing::info!(
+                bytes = written.db_bytes,
+                revision = written.revision,
+                "sent database snapshot to client"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, "database snapshot not sent");
+                let _ = self.outbox.deliver(Err(status::from_backup(error)));
+            }
+        }
     }
 }
 
-impl export::SnapshotSink for BlobSender {
-    fn expect(&mut self, db_bytes: u64) {
+impl<O: Outbox> export::SnapshotSink for BlobSender<O> {
+    fn announce(&mut self, db_bytes: u64) {
         // etcd counts the database only; the hash follows with 0 remaining.
         self.remaining = db_bytes;
     }
 }
 
-impl Write for BlobSender {
+impl<O: Outbox> Write for BlobSender<O> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = buf.len().min(BLOB_BYTES - self.blob.len());
         self.blob.extend_from_slice(&buf[..n]);
         if self.blob.len() == BLOB_BYTES {
             let blob = std::mem::replace(&mut self.blob, Vec::with_capacity(BLOB_BYTES));
-            self.remaining = self.remaining.saturating_sub(blob.len() as u64);
-            let remaining = self.remaining;
-            self.send(blob, remaining)?;
+            self.send(blob)?;
         }
         Ok(n)
     }
@@ -129,81 +183,28 @@ pub async fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream 
         .iter()
         .map(|alarm| (prost::Message::encode_to_vec(alarm), Vec::new()))
         .collect();
+    // No snapshot install may run while the export's RocksDB snapshot is taken.
+    let no_install = store.readable().await;
     if node.offload() == Offload::Inline {
-        let readable = store.readable().await;
-        return inline(&store, &readable, header, version, alarms);
+        let mut sender = BlobSender::new(Vec::new(), header, version);
+        match store.export(&no_install) {
+            Ok(export) => sender.send_file(&export, alarms),
+            Err(error) => sender.outbox.push(Err(status::from_store(error))),
+        }
+        return Box::pin(futures::stream::iter(sender.outbox));
     }
     let (queue, received) = mpsc::channel(BLOBS_IN_FLIGHT);
     tokio::task::spawn_blocking(move || {
-        let mut sender = BlobSender {
-            queue,
-            blob: Vec::with_capacity(BLOB_BYTES),
-            first: Some((header, version)),
-            remaining: 0,
-        };
-        let result =
-            export::write_database(&store, alarms, &mut sender).and_then(|(written, digest)| {
-                let last = std::mem::take(&mut sender.blob);
-                if !last.is_empty() {
-                    sender
-                        .send(last, 0)
-                        .map_err(|e| crate::backup::BackupError::Write(e.to_string()))?;
-                }
-                sender
-                    .send(digest.to_vec(), 0)
-                    .map_err(|e| crate::backup::BackupError::Write(e.to_string()))?;
-                Ok(written)
-            });
-        match result {
-            Ok(written) => tracing::info!(
-                bytes = written.db_bytes,
-                revision = written.revision,
-                "sent database snapshot to client"
-            ),
+        let mut sender = BlobSender::new(queue, header, version);
+        let export = store.export(&no_install);
+        // The export reads its own RocksDB snapshot: installs may go on from here.
+        drop(no_install);
+        match export {
+            Ok(export) => sender.send_file(&export, alarms),
             Err(error) => {
-                tracing::warn!(%error, "database snapshot not sent");
-                let _ = sender.queue.blocking_send(Err(status::from_backup(error)));
+                let _ = sender.outbox.deliver(Err(status::from_store(error)));
             }
         }
     });
     Box::pin(ReceiverStream::new(received))
-}
-
-/// The simulation's snapshot: the whole file written on the calling task (a simulated
-/// store is small), then cut into the blobs a streamed export sends, with the same
-/// `remaining_bytes` and the hash in a blob of its own.
-fn inline(
-    store: &crate::store::RevisionStore,
-    readable: &crate::store::ReadGate,
-    header: ResponseHeader,
-    version: String,
-    alarms: Vec<(Vec<u8>, Vec<u8>)>,
-) -> SnapshotStream {
-    let mut db = Vec::new();
-    let written = store
-        .export_while(readable)
-        .map_err(crate::backup::BackupError::from)
-        .and_then(|view| export::write_database_of(&view, alarms, &mut db));
-    let messages = match written {
-        Ok((written, digest)) => {
-            let mut remaining = written.db_bytes;
-            let mut first = Some((header, version));
-            let mut messages = Vec::new();
-            for blob in db.chunks(BLOB_BYTES).chain(std::iter::once(&digest[..])) {
-                remaining = remaining.saturating_sub(blob.len() as u64);
-                let (header, version) = first
-                    .take()
-                    .map_or((None, String::new()), |(h, v)| (Some(h), v));
-                messages.push(Ok(SnapshotResponse {
-                    header,
-                    remaining_bytes: remaining,
-                    blob: blob.to_vec().into(),
-                    version,
-                }));
-            }
-            messages
-        }
-        Err(error) => vec![Err(status::from_backup(error))],
-    };
-    Box::pin(futures::stream::iter(messages))
 }

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::schema::{self, MemberRecord};
 use super::BackupError;
-use crate::store::{Export, RevisionStore, StoreError};
+use crate::store::{Export, StoreError};
 
 /// What a written snapshot holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,26 +182,17 @@ impl Write for Hashing<'_> {
 
 /// Where a snapshot goes: bytes, told how many the database will have before the first.
 pub trait SnapshotSink: Write {
-    fn expect(&mut self, _db_bytes: u64) {}
+    fn announce(&mut self, _db_bytes: u64) {}
 }
 
 impl SnapshotSink for Vec<u8> {}
 impl SnapshotSink for std::fs::File {}
 impl<W: Write> SnapshotSink for std::io::BufWriter<W> {}
 
-/// Writes `store` as a bbolt database in etcd's schema to `out`, and returns its
+/// Writes an export view as a bbolt database in etcd's schema to `out`, and returns its
 /// SHA-256 (the snapshot file's trailer). Blocks: call it from a blocking thread.
 /// `alarms` are the `alarm` bucket's entries.
 pub fn write_database(
-    store: &RevisionStore,
-    alarms: Vec<(Vec<u8>, Vec<u8>)>,
-    out: &mut dyn SnapshotSink,
-) -> Result<(Written, [u8; 32]), BackupError> {
-    write_database_of(&store.export()?, alarms, out)
-}
-
-/// [`write_database`] of an export view the caller made.
-pub fn write_database_of(
     export: &Export<'_>,
     alarms: Vec<(Vec<u8>, Vec<u8>)>,
     out: &mut dyn SnapshotSink,
@@ -212,7 +203,7 @@ pub fn write_database_of(
         other => BackupError::Write(other.to_string()),
     };
     let plan = quantykube_bbolt::plan(&buckets, DEFAULT_PAGE_SIZE).map_err(codec)?;
-    out.expect(plan.summary().bytes);
+    out.announce(plan.summary().bytes);
     let mut hashing = Hashing {
         out,
         sha: Sha256::new(),
@@ -223,16 +214,4 @@ pub fn write_database_of(
         revision: export.current_revision(),
     };
     Ok((written, hashing.sha.finalize().into()))
-}
-
-/// Writes `store` as etcd's snapshot file (the database, then its SHA-256) to `out`.
-pub fn write_snapshot(
-    store: &RevisionStore,
-    alarms: Vec<(Vec<u8>, Vec<u8>)>,
-    out: &mut dyn SnapshotSink,
-) -> Result<Written, BackupError> {
-    let (written, digest) = write_database(store, alarms, out)?;
-    out.write_all(&digest)
-        .map_err(|e| BackupError::Write(e.to_string()))?;
-    Ok(written)
 }

@@ -105,72 +105,60 @@ pub(super) fn corruption_checks(
             )),
         }
     }
-    let initial = match settings.get(INITIAL_CHECK_FLAG) {
-        Some(setting) => {
-            warnings.push(format!(
-                "--{INITIAL_CHECK_FLAG} is deprecated in v3.6 and will be decommissioned in \
-                 v3.7. Use '--feature-gates={INITIAL_CHECK_GATE}=true' instead."
-            ));
-            parse_go_bool(&setting.value).ok_or_else(|| setting.invalid(SYNTAX_ERROR))?
-        }
-        None => gates.get(INITIAL_CHECK_GATE).copied().unwrap_or(false),
-    };
-    const OLD_PERIOD: &str = "experimental-corrupt-check-time";
-    let period = match (settings.get(OLD_PERIOD), settings.get("corrupt-check-time")) {
-        (Some(old), _) => {
-            warnings.push(format!(
-                "--{OLD_PERIOD} is deprecated in v3.6 and will be decommissioned in v3.7. \
-                 Use '--corrupt-check-time' instead."
-            ));
-            Some(old)
-        }
-        (None, new) => new,
-    };
-    let period = match period {
-        None => Duration::ZERO,
-        Some(setting) => {
-            let nanos = parse_go_duration(&setting.value).map_err(|r| setting.invalid(r))?;
-            // etcd runs no check unless the period is positive.
-            Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
-        }
-    };
-    let compact_hash_on = match settings.get(COMPACT_HASH_FLAG) {
-        Some(setting) => {
-            warnings.push(format!(
-                "--{COMPACT_HASH_FLAG} is deprecated in v3.6 and will be decommissioned in \
-                 v3.7. Use '--feature-gates={COMPACT_HASH_GATE}=true' instead."
-            ));
-            parse_go_bool(&setting.value).ok_or_else(|| setting.invalid(SYNTAX_ERROR))?
-        }
-        None => gates.get(COMPACT_HASH_GATE).copied().unwrap_or(false),
-    };
-    const OLD_HASH_PERIOD: &str = "experimental-compact-hash-check-time";
-    let hash_period = match (
-        settings.get(OLD_HASH_PERIOD),
-        settings.get("compact-hash-check-time"),
-    ) {
-        (Some(old), _) => {
-            warnings.push(format!(
-                "--{OLD_HASH_PERIOD} is deprecated in v3.6 and will be decommissioned in \
-                 v3.7. Use '--compact-hash-check-time' instead."
-            ));
-            Some(old)
-        }
-        (None, new) => new,
-    };
-    let hash_period = match hash_period {
-        None => DEFAULT_COMPACT_HASH_PERIOD,
-        Some(setting) => {
-            let nanos = parse_go_duration(&setting.value).map_err(|r| setting.invalid(r))?;
-            if compact_hash_on && nanos <= 0 {
-                // etcd 3.6's `Validate`.
-                return Err(ConfigError::Invalid(format!(
-                    "--compact-hash-check-time must be >0 (set to {})",
-                    setting.value
-                )));
+    let gated =
+        |flag: &'static str, gate: &str, warnings: &mut Vec<String>| match settings.get(flag) {
+            Some(setting) => {
+                warnings.push(format!(
+                    "--{flag} is deprecated in v3.6 and will be decommissioned in v3.7. \
+                     Use '--feature-gates={gate}=true' instead."
+                ));
+                parse_go_bool(&setting.value).ok_or_else(|| setting.invalid(SYNTAX_ERROR))
             }
-            Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
+            None => Ok(gates.get(gate).copied().unwrap_or(false)),
+        };
+    // A period under its etcd 3.6 name or its deprecated experimental one, in nanoseconds.
+    let period_nanos = |old: &'static str, new: &'static str, warnings: &mut Vec<String>| {
+        let setting = match settings.get(old) {
+            Some(setting) => {
+                warnings.push(format!(
+                    "--{old} is deprecated in v3.6 and will be decommissioned in v3.7. \
+                     Use '--{new}' instead."
+                ));
+                Some(setting)
+            }
+            None => settings.get(new),
+        };
+        setting
+            .map(|s| {
+                parse_go_duration(&s.value)
+                    .map(|nanos| (nanos, s.value.clone()))
+                    .map_err(|r| s.invalid(r))
+            })
+            .transpose()
+    };
+    let from_nanos = |nanos: i128| Duration::from_nanos(u64::try_from(nanos).unwrap_or(0));
+    let initial = gated(INITIAL_CHECK_FLAG, INITIAL_CHECK_GATE, warnings)?;
+    // etcd runs no periodic check unless the period is positive.
+    let period = period_nanos(
+        "experimental-corrupt-check-time",
+        "corrupt-check-time",
+        warnings,
+    )?
+    .map_or(Duration::ZERO, |(nanos, _)| from_nanos(nanos));
+    let compact_hash_on = gated(COMPACT_HASH_FLAG, COMPACT_HASH_GATE, warnings)?;
+    let hash_period = match period_nanos(
+        "experimental-compact-hash-check-time",
+        "compact-hash-check-time",
+        warnings,
+    )? {
+        None => DEFAULT_COMPACT_HASH_PERIOD,
+        // etcd 3.6's `Validate`.
+        Some((nanos, given)) if compact_hash_on && nanos <= 0 => {
+            return Err(ConfigError::Invalid(format!(
+                "--compact-hash-check-time must be >0 (set to {given})"
+            )))
         }
+        Some((nanos, _)) => from_nanos(nanos),
     };
     Ok(CorruptionChecks {
         initial,

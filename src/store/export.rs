@@ -42,20 +42,10 @@ pub struct Export<'a> {
 }
 
 impl RevisionStore {
-    /// A view of the store as it is now. Waits for a running snapshot install to end,
-    /// so call it from a blocking thread, never from an async task.
-    pub fn export(&self) -> Result<Export<'_>, StoreError> {
-        let snapshot = {
-            let _no_install = self.install_gate.blocking_read();
-            self.db.snapshot()
-        };
-        self.export_of(snapshot)
-    }
-
-    /// [`RevisionStore::export`] for a caller that already holds `readable`: it never
-    /// blocks on the install gate, so an async task may call it (the simulation's
-    /// inline snapshot does).
-    pub fn export_while(&self, _readable: &super::ReadGate) -> Result<Export<'_>, StoreError> {
+    /// A view of the store as it is now. The caller holds `_no_install` (see
+    /// [`RevisionStore::readable`]) while the RocksDB snapshot is taken, so that the view
+    /// never sees an install half done; it may let go once this returns.
+    pub fn export(&self, _no_install: &super::ReadGate) -> Result<Export<'_>, StoreError> {
         self.export_of(self.db.snapshot())
     }
 

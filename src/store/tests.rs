@@ -1287,10 +1287,15 @@ fn client_mix(seed: u64, count: usize) -> Vec<C> {
         .collect()
 }
 
+/// A reader's hold on the install gate, for an export.
+fn no_install(store: &RevisionStore) -> ReadGate {
+    futures::executor::block_on(store.readable())
+}
+
 /// Copies `from` into a new store through an export and an import.
 fn round_trip(from: &RevisionStore) -> Harness {
     let to = Harness::new();
-    let export = from.export().unwrap();
+    let export = from.export(&no_install(from)).unwrap();
     let mut import = to.store.import().unwrap();
     for change in export.changes().unwrap() {
         import.change(&change.unwrap()).unwrap();
@@ -1344,7 +1349,7 @@ fn an_export_imported_elsewhere_reads_the_same_at_every_revision() {
         // The copy exports exactly what the original did.
         let original: Vec<_> = h
             .store
-            .export()
+            .export(&no_install(&h.store))
             .unwrap()
             .changes()
             .unwrap()
@@ -1352,7 +1357,7 @@ fn an_export_imported_elsewhere_reads_the_same_at_every_revision() {
             .collect();
         let copied: Vec<_> = copy
             .store
-            .export()
+            .export(&no_install(&copy.store))
             .unwrap()
             .changes()
             .unwrap()
@@ -1375,7 +1380,13 @@ fn compaction_keeps_one_history_entry_per_stored_version() {
             .db
             .iterator_cf(kv, rocksdb::IteratorMode::Start)
             .count();
-        let changes = h.store.export().unwrap().changes().unwrap().count();
+        let changes = h
+            .store
+            .export(&no_install(&h.store))
+            .unwrap()
+            .changes()
+            .unwrap()
+            .count();
         assert_eq!(versions, changes, "seed {seed}");
     }
 }
