@@ -24,3 +24,10 @@ test: deps
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+
+.PHONY: helm-test
+
+## Renders the Helm chart (deploy/helm/quantykube) with Helm's Go SDK from PyPI and
+## validates every object against Kubernetes' schemas (tests/helm/run.sh; needs python3).
+helm-test:
+	./tests/helm/run.sh
