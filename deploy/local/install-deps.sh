@@ -16,6 +16,7 @@ command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] || need+=(dnsmasq-base
 # the TLS benchmarks make their certificates with openssl.
 command -v curl >/dev/null || need+=(curl)
 command -v openssl >/dev/null || need+=(openssl)
+python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)  # tests/helm/run.sh makes a venv
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
