@@ -25,6 +25,19 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
+.PHONY: image docker-test
+
+## Builds the container image quantykube:dev FROM scratch out of the debug binary
+## (deploy/image/build.sh; `make image PROFILE=release` for the optimised one, IMAGE=tag).
+PROFILE ?= debug
+image: deps
+	./deploy/image/build.sh $(PROFILE)
+
+## The Docker tests (tests/docker): the image, the compose cluster, chaos under load.
+## They print SKIPPED and pass where `docker info` fails.
+docker-test: deps
+	cargo test --test docker -- --test-threads=1 --nocapture
+
 .PHONY: helm-test
 
 ## Renders the Helm chart (deploy/helm/quantykube) with Helm's Go SDK from PyPI and
