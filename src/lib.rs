@@ -19,6 +19,7 @@ pub mod node;
 pub mod offload;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
+pub mod pod;
 pub mod probes;
 pub mod proto;
 pub mod quota;

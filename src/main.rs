@@ -48,6 +48,11 @@ fn main() -> ExitCode {
     {
         return quantykube::backup::cli::main(std::env::args_os().skip(2));
     }
+    // `quantykube pod start|stop|check`: a member's start logic and hooks in a
+    // StatefulSet or compose.
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == "pod") {
+        return quantykube::pod::main(std::env::args_os().skip(2), shutdown_signal());
+    }
     let invocation = match config::parse(std::env::args_os(), &|key| std::env::var(key).ok()) {
         Ok(invocation) => invocation,
         Err(config::ConfigError::Usage(e)) => {

@@ -636,7 +636,14 @@ where
             });
         }
         tokio::select! {
-            () = &mut shutdown => tracing::info!("shutting down"),
+            () = &mut shutdown => {
+                tracing::info!("shutting down");
+                if node.is_leader() && node.raft().metrics().borrow_watched().membership_config.membership().voter_ids().count() > 1 {
+                    if let Err(error) = crate::membership::change::hand_over(&node, "stopping").await {
+                        tracing::warn!(%error, "stopping without handing leadership over");
+                    }
+                }
+            }
             Ok(_) = removed.wait_for(|removed| *removed) => {}
             Some(result) = servers.join_next() => {
                 tracing::error!(?result, "a server stopped unexpectedly");

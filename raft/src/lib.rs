@@ -43,7 +43,10 @@ pub use config::{raft_config, RaftConfigError};
 pub use dialer::{DialFuture, Dialer, DialerError, TcpDialer};
 pub use force::{force_new_cluster, ForceNewClusterError, ForcedRestart};
 pub use guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_REMOVED};
-pub use join::{fetch_cluster_members, RemoteCluster, RemoteMember};
+pub use join::{
+    fetch_cluster_members, fetch_peer_state, AwaitingBootstrap, PeerState, RemoteCluster,
+    RemoteMember,
+};
 pub use log_store::{LogStore, LOG_COLUMN_FAMILIES};
 pub use network::{PeerConnection, PeerNetworkFactory};
 pub use peer_server::PeerService;

@@ -315,6 +315,7 @@ where
             cluster_id: self.guard.cluster_id(),
             members,
             removed_ids: self.guard.removed_ids(),
+            ..Default::default()
         }))
     }
 }

@@ -1,5 +1,6 @@
-//! `quantykube snapshot status|restore`: etcdctl's (and etcdutl's) offline snapshot
-//! commands, with their flags, defaults, output and errors.
+//! `quantykube snapshot save|status|restore`: etcdctl's (and etcdutl's) snapshot
+//! commands, with their flags, defaults, output and errors (`save` is the one online
+//! command: see `backup::save`).
 //!
 //! `restore` writes a member's data dir for a new cluster from a snapshot file written
 //! by QuantyKube or etcd: the store (`import`), the member's identity and the cluster
@@ -31,6 +32,38 @@ struct SnapshotCli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Stores an etcd node backend snapshot to a given file
+    Save {
+        /// The file to write, or a directory ending in `/` to write
+        /// `snapshot-<UTC time>.db` in (ours: a shell-less CronJob cannot name files)
+        file: PathBuf,
+        /// gRPC endpoint of the one member to save from
+        #[arg(
+            long,
+            env = "ETCDCTL_ENDPOINTS",
+            value_delimiter = ',',
+            default_value = "127.0.0.1:2379"
+        )]
+        endpoints: Vec<String>,
+        /// verify certificates of TLS-enabled secure servers using this CA bundle
+        #[arg(long, env = "ETCDCTL_CACERT")]
+        cacert: Option<PathBuf>,
+        /// identify secure client using this TLS certificate file
+        #[arg(long, env = "ETCDCTL_CERT")]
+        cert: Option<PathBuf>,
+        /// identify secure client using this TLS key file
+        #[arg(long, env = "ETCDCTL_KEY")]
+        key: Option<PathBuf>,
+        /// skip server certificate verification
+        #[arg(long)]
+        insecure_skip_tls_verify: bool,
+        /// dial timeout for client connections, in seconds
+        #[arg(long, default_value = "2s", value_parser = parse_seconds)]
+        dial_timeout: std::time::Duration,
+        /// With a directory: keep only the newest N snapshot-*.db files (0 keeps all)
+        #[arg(long, default_value_t = 0)]
+        keep: usize,
+    },
     /// Gets backend snapshot status of a given file
     Status {
         file: PathBuf,
@@ -62,6 +95,22 @@ enum Command {
     },
 }
 
+/// A duration as etcdctl writes it: `2s`, `500ms`, or whole seconds.
+fn parse_seconds(raw: &str) -> Result<std::time::Duration, String> {
+    let number = |n: &str| {
+        n.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("invalid duration {raw:?}"))
+    };
+    if let Some(ms) = raw.strip_suffix("ms") {
+        Ok(std::time::Duration::from_millis(number(ms)?))
+    } else if let Some(s) = raw.strip_suffix('s') {
+        Ok(std::time::Duration::from_secs(number(s)?))
+    } else {
+        Ok(std::time::Duration::from_secs(number(raw)?))
+    }
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Format {
     Simple,
@@ -87,6 +136,37 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
         )
         .try_init();
     let result = match cli.command {
+        Command::Save {
+            file,
+            endpoints,
+            cacert,
+            cert,
+            key,
+            insecure_skip_tls_verify,
+            dial_timeout,
+            keep,
+        } => {
+            let request = super::save::Save {
+                endpoints: &endpoints,
+                tls: crate::bench::tls::TlsFiles {
+                    cacert: cacert.as_deref(),
+                    cert: cert.as_deref(),
+                    key: key.as_deref(),
+                    insecure_skip_tls_verify,
+                },
+                dial_timeout,
+                target: &file,
+                keep,
+            };
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| BackupError::Write(e.to_string()))
+                .and_then(|runtime| runtime.block_on(super::save::save(&request)))
+                .map(|saved| {
+                    let _ = writeln!(std::io::stdout(), "Snapshot saved at {}", saved.display());
+                })
+        }
         Command::Status { file, write_out } => status(&file).map(|s| print_status(&s, write_out)),
         Command::Restore {
             file,

@@ -13,6 +13,7 @@ mod error;
 pub mod export;
 pub mod file;
 pub mod import;
+pub mod save;
 pub mod schema;
 
 pub use error::BackupError;

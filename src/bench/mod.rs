@@ -25,13 +25,13 @@
 //! anything a server or a user sends: every failure is counted or reported.
 
 mod cli;
-mod conn;
+pub mod conn;
 mod driver;
 mod error;
 mod keys;
 mod recorder;
 mod report;
-mod tls;
+pub mod tls;
 mod workloads;
 
 use std::ffi::OsString;

@@ -20,6 +20,25 @@ use super::cli::GlobalArgs;
 use super::error::BenchError;
 use crate::transport::error_chain;
 
+/// etcdctl's TLS flags: `--cacert`, `--cert`, `--key`, `--insecure-skip-tls-verify`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TlsFiles<'a> {
+    pub cacert: Option<&'a Path>,
+    pub cert: Option<&'a Path>,
+    pub key: Option<&'a Path>,
+    pub insecure_skip_tls_verify: bool,
+}
+
+impl TlsFiles<'_> {
+    /// Any TLS flag makes a `host:port` endpoint a TLS one, as in etcd's client.
+    pub fn requested(&self) -> bool {
+        self.cacert.is_some()
+            || self.cert.is_some()
+            || self.key.is_some()
+            || self.insecure_skip_tls_verify
+    }
+}
+
 /// The client side of TLS, as the flags ask for it.
 #[derive(Clone)]
 pub struct ClientTls {
@@ -33,7 +52,17 @@ impl ClientTls {
     /// Reads and checks every file named: the CA bundle must hold at least one usable
     /// CA certificate, the key must be the private key of `--cert`.
     pub fn from_args(args: &GlobalArgs) -> Result<Option<ClientTls>, BenchError> {
-        if !args.tls_requested() {
+        ClientTls::from_files(&TlsFiles {
+            cacert: args.cacert_file.as_deref(),
+            cert: args.cert_file.as_deref(),
+            key: args.key_file.as_deref(),
+            insecure_skip_tls_verify: args.insecure_skip_tls_verify,
+        })
+    }
+
+    /// The same from etcdctl's flags as any command takes them (`snapshot save` too).
+    pub fn from_files(args: &TlsFiles<'_>) -> Result<Option<ClientTls>, BenchError> {
+        if !args.requested() {
             return Ok(None);
         }
         // tonic builds its rustls configs with the process's default provider; ring is
@@ -43,7 +72,7 @@ impl ClientTls {
         let provider = rustls::crypto::ring::default_provider();
 
         let mut config = ClientTlsConfig::new();
-        if let Some(path) = &args.cacert_file {
+        if let Some(path) = args.cacert {
             let pem = read("--cacert", path)?;
             check_ca_bundle(path, &pem)?;
             // With --insecure-skip-tls-verify the verifier replaces the CA check (as Go's
@@ -53,7 +82,7 @@ impl ClientTls {
                 config = config.ca_certificate(Certificate::from_pem(pem));
             }
         }
-        match (&args.cert_file, &args.key_file) {
+        match (args.cert, args.key) {
             (Some(cert_path), Some(key_path)) => {
                 let cert_pem = read("--cert", cert_path)?;
                 let key_pem = read("--key", key_path)?;

@@ -180,7 +180,7 @@ async fn carry_out(
     finish_joint(node).await?;
     if let Change::Remove { id } = change {
         if id == node.id() && view(node)?.voters.len() > 1 {
-            hand_over(node).await?;
+            hand_over(node, "removing this member").await?;
             return Ok(Outcome::HandedOver);
         }
     }
@@ -357,8 +357,10 @@ async fn finish_joint(node: &Node) -> Result<(), MembershipError> {
     Err(MembershipError::Timeout)
 }
 
-/// Hands leadership to the most caught-up other voter, before this member is removed.
-async fn hand_over(node: &Node) -> Result<(), MembershipError> {
+/// Hands leadership to the most caught-up other voter, before this member is removed
+/// or stops (as etcd's leader does on a graceful stop, so that a rolling restart
+/// costs no election timeout).
+pub async fn hand_over(node: &Node, why: &str) -> Result<(), MembershipError> {
     let view = view(node)?;
     let target = view
         .voters
@@ -369,7 +371,7 @@ async fn hand_over(node: &Node) -> Result<(), MembershipError> {
         .ok_or(MembershipError::NoLeader)?;
     tracing::info!(
         target = %format!("{target:x}"),
-        "handing leadership over before removing this member"
+        "handing leadership over before {why}"
     );
     transfer(node, target, node.election_timeout() * 5).await
 }

@@ -51,7 +51,8 @@ impl Start {
     }
 }
 
-pub(super) fn read_identity(data_dir: &Path) -> Result<Option<Identity>, MembershipError> {
+/// The identity `member.json` records, if the data dir has one.
+pub fn read_identity(data_dir: &Path) -> Result<Option<Identity>, MembershipError> {
     match std::fs::read(data_dir.join(IDENTITY_FILE)) {
         Ok(raw) => serde_json::from_slice(&raw)
             .map(Some)

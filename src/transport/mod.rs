@@ -29,6 +29,7 @@ use url::Url;
 
 use crate::config::{Config, TlsInfo};
 
+pub use certs::read_certificates;
 pub use dial::{accept_any_server, OutgoingTls, TlsDialer};
 pub use listen::{Connection, ConnectionInfo, Incoming, Listeners, ServerTls};
 

@@ -33,6 +33,7 @@ mod request_limits;
 mod revisions;
 mod snapshot;
 mod snapshot_install;
+mod snapshot_save;
 mod three_node;
 mod tls;
 mod watch;
