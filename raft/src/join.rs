@@ -33,6 +33,8 @@ pub struct RemoteCluster {
     pub cluster_id: u64,
     pub members: Vec<RemoteMember>,
     pub removed_ids: Vec<NodeId>,
+    /// 0 while the cluster has never had a leader.
+    pub last_log_index: u64,
 }
 
 /// What answers at a peer URL: a member of a cluster, or a process waiting to found one.
@@ -98,6 +100,7 @@ pub async fn fetch_peer_state(
             })
             .collect(),
         removed_ids: answer.removed_ids,
+        last_log_index: answer.last_log_index,
     }))
 }
 

@@ -315,6 +315,7 @@ where
             cluster_id: self.guard.cluster_id(),
             members,
             removed_ids: self.guard.removed_ids(),
+            last_log_index: metrics.last_log_index.unwrap_or(0),
             ..Default::default()
         }))
     }

@@ -235,6 +235,7 @@ mod tests {
                 member(2, &["http://c:2380", "http://b:2380"]),
             ],
             removed_ids: vec![],
+            last_log_index: 0,
         }
     }
 

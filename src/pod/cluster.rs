@@ -41,6 +41,7 @@ pub async fn observe(spec: &PodSpec, reach: &Reach, replicas: u32) -> View {
         )
     }))
     .await;
+    let (founding_id, founding_cluster) = spec.founding_identity(replicas);
     let mut view = View::default();
     let mut serving = Vec::new();
     for (ordinal, answer) in answers {
@@ -49,7 +50,16 @@ pub async fn observe(spec: &PodSpec, reach: &Reach, replicas: u32) -> View {
                 view.awaiting.push(ordinal)
             }
             Ok(PeerState::AwaitingBootstrap { token }) => view.foreign.push((ordinal, token)),
-            Ok(PeerState::Member(cluster)) => serving.push((ordinal, cluster)),
+            Ok(PeerState::Member(cluster)) => {
+                if ordinal < replicas
+                    && cluster.cluster_id == founding_cluster
+                    && cluster.last_log_index == 0
+                    && cluster.members.iter().any(|m| m.id == founding_id)
+                {
+                    view.founded.push(ordinal);
+                }
+                serving.push((ordinal, cluster))
+            }
             Err(error) => tracing::debug!(ordinal, %error, "no answer from pod"),
         }
     }

@@ -50,6 +50,10 @@ pub struct View {
     pub awaiting: Vec<u32>,
     /// Pods that await their bootstrap with another token: (ordinal, token).
     pub foreign: Vec<(u32, String)>,
+    /// Founders that already founded this pod's founding cluster (its id, computed
+    /// from the founders' peer URLs and the token) and have never had a leader since:
+    /// as new as this pod, they only wait for its vote.
+    pub founded: Vec<u32>,
 }
 
 /// The next step.
@@ -199,7 +203,7 @@ fn empty_without_cluster(me: &Me, view: &View) -> Step {
         return not_wanted(me);
     }
     let missing: Vec<u32> = (0..me.replicas)
-        .filter(|i| *i != me.ordinal && !view.awaiting.contains(i))
+        .filter(|i| *i != me.ordinal && !view.awaiting.contains(i) && !view.founded.contains(i))
         .collect();
     if missing.is_empty() {
         return Step::Bootstrap;
@@ -303,6 +307,18 @@ mod tests {
             decide(&alone, &Local::Empty, &View::default()),
             Step::Bootstrap
         );
+    }
+
+    #[test]
+    fn a_founder_joins_founders_that_went_ahead_but_never_elected_a_leader() {
+        // Pod 0 saw the others awaiting and founded the cluster; it cannot elect a
+        // leader alone, and its MemberList fails without a quorum.
+        let view = View {
+            awaiting: vec![2],
+            founded: vec![0],
+            ..View::default()
+        };
+        assert_eq!(decide(&me(3), &Local::Empty, &view), Step::Bootstrap);
     }
 
     #[test]

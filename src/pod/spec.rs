@@ -41,6 +41,8 @@ pub struct PodSpec {
     pub data_dir: PathBuf,
     /// `ETCD_LISTEN_METRICS_URLS` is set: the operator chose where probes go.
     pub metrics_urls_set: bool,
+    /// `ETCD_DATA_DIR` is set: the server reads it there (etcd refuses a flag beside it).
+    pub data_dir_set: bool,
 }
 
 impl PodSpec {
@@ -83,6 +85,7 @@ impl PodSpec {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             metrics_urls_set: set_var("ETCD_LISTEN_METRICS_URLS").is_some(),
+            data_dir_set: set_var("ETCD_DATA_DIR").is_some(),
             name,
         })
     }
@@ -147,7 +150,6 @@ impl PodSpec {
         let mut args = vec![
             "quantykube".to_string(),
             format!("--name={}", self.name),
-            format!("--data-dir={}", self.data_dir.display()),
             format!(
                 "--listen-client-urls={client_scheme}://0.0.0.0:{}",
                 self.client_port
@@ -165,6 +167,9 @@ impl PodSpec {
             format!("--initial-cluster-state={state}"),
             format!("--initial-cluster-token={}", self.token),
         ];
+        if !self.data_dir_set {
+            args.push(format!("--data-dir={}", self.data_dir.display()));
+        }
         // Probes reach the metrics port in plain HTTP whatever the client side's TLS,
         // unless the operator chose the metrics URLs.
         if !self.metrics_urls_set {
