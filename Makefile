@@ -17,9 +17,12 @@ run: build
 cluster: build
 	./deploy/local/three-nodes.sh
 
-## Runs every test: unit, integration (real processes, etcd-client, etcdctl, etcd 3.4).
+## Runs every test: unit, integration (real processes, etcd-client, etcdctl, etcd 3.4),
+## the simulation, the Docker tests (image, compose, chaos; skipped without Docker) and
+## the Helm chart rendered and validated.
 test: deps
 	cargo test --workspace --all-targets -- --test-threads=2
+	./tests/helm/run.sh
 
 lint:
 	cargo fmt --all -- --check
