@@ -9,19 +9,27 @@ use crate::load::Load;
 
 const ALL: [usize; 3] = [0, 1, 2];
 
-/// A healthy three-member project under load.
-async fn start(scenario: &str) -> (Project, Load, Instant) {
+/// A healthy three-member project.
+async fn start(scenario: &str) -> (Project, Instant) {
     let started = Instant::now();
     let mut project = Project::new(scenario, None);
     project.up().await;
     wait_cluster(&project, &ALL, secs(120)).await;
-    let load = Load::start(&project, &ALL).await;
+    (project, started)
+}
+
+/// The load, its writer and watcher first on `first` (the member about to be hit), so
+/// that the fault also exercises their failover and the watch's resumption.
+async fn load_on(scenario: &str, project: &Project, first: usize, started: Instant) -> Load {
+    let mut order = vec![first];
+    order.extend(others(first));
+    let load = Load::start(project, &order).await;
     load.wait_progress(50, secs(30)).await;
     println!(
-        "{scenario}: cluster formed and under load after {:.1?}",
+        "{scenario}: cluster formed and under load (first on qk-{first}) after {:.1?}",
         started.elapsed()
     );
-    (project, load, started)
+    load
 }
 
 /// After the fault: writes flow, the cluster is whole again, then the load's checks.
@@ -42,8 +50,9 @@ async fn chaos_kill_the_leader() {
     if skip(true) {
         return;
     }
-    let (project, load, started) = start("kill").await;
+    let (project, started) = start("kill").await;
     let old = leader(&project, &ALL).await;
+    let load = load_on("kill", &project, old, started).await;
     docker_ok(&["kill", "-s", "KILL", &project.container(old)]).await;
     let killed = Instant::now();
     let new = leader(&project, &others(old)).await;
@@ -63,8 +72,9 @@ async fn chaos_pause_the_leader() {
     if skip(true) {
         return;
     }
-    let (project, load, started) = start("pause").await;
+    let (project, started) = start("pause").await;
     let old = leader(&project, &ALL).await;
+    let load = load_on("pause", &project, old, started).await;
     docker_ok(&["pause", &project.container(old)]).await;
     let paused = Instant::now();
     let new = leader(&project, &others(old)).await;
@@ -86,8 +96,9 @@ async fn chaos_disconnect_the_leader() {
     if skip(true) {
         return;
     }
-    let (project, load, started) = start("partition").await;
+    let (project, started) = start("partition").await;
     let old = leader(&project, &ALL).await;
+    let load = load_on("partition", &project, old, started).await;
     let network = project.network();
     let container = project.container(old);
     docker_ok(&["network", "disconnect", &network, &container]).await;
@@ -119,7 +130,8 @@ async fn chaos_rolling_restart() {
     if skip(true) {
         return;
     }
-    let (project, load, started) = start("rolling").await;
+    let (project, started) = start("rolling").await;
+    let load = load_on("rolling", &project, 0, started).await;
     for member in ALL {
         let restart = Instant::now();
         docker_ok(&["restart", "-t", "30", &project.container(member)]).await;
@@ -140,9 +152,10 @@ async fn chaos_member_loses_its_volume() {
     if skip(true) {
         return;
     }
-    let (mut project, load, started) = start("volume").await;
+    let (mut project, started) = start("volume").await;
     let lead = leader(&project, &ALL).await;
     let victim = others(lead)[0];
+    let load = load_on("volume", &project, victim, started).await;
     let service = Project::service(victim);
     let old_id = members_seen_by(&project, lead)
         .await
@@ -186,7 +199,8 @@ async fn chaos_scale_3_to_5_to_3() {
     if skip(true) {
         return;
     }
-    let (mut project, load, started) = start("scale").await;
+    let (mut project, started) = start("scale").await;
+    let load = load_on("scale", &project, 0, started).await;
     // Up, one at a time, as the StatefulSet does: learner, caught up, promoted.
     for (new, members) in [(3usize, vec![0, 1, 2, 3]), (4, vec![0, 1, 2, 3, 4])] {
         let joined = Instant::now();
@@ -201,10 +215,13 @@ async fn chaos_scale_3_to_5_to_3() {
     }
     load.wait_progress(30, secs(60)).await;
     // Down, highest first: the preStop hook with the new replica count, then the
-    // container and its volume go.
+    // container and its volume go. The container must not restart in between (a
+    // terminating pod never does): a removed member that starts again with its own
+    // QK_REPLICAS=5 is wanted, and rejoins.
     for gone in [4usize, 3] {
         let left = Instant::now();
         let container = project.container(gone);
+        docker_ok(&["update", "--restart=no", &container]).await;
         docker_ok(&[
             "exec",
             "-e",

@@ -9,7 +9,7 @@ use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
@@ -29,12 +29,17 @@ pub fn binary() -> PathBuf {
 }
 
 /// One test at a time in this binary, whatever `--test-threads` says: each runs a cluster
-/// of containers, and two at once on two cores would time each other out.
-pub fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// of containers, and two at once on two cores would time each other out. A tokio
+/// mutex: the guard is held across the test's awaits, and a failed test does not poison
+/// it. Taken by polling, so that sync and async tests alike can call this at their start.
+pub fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    loop {
+        if let Ok(guard) = SERIAL.try_lock() {
+            return guard;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// What a finished command said.

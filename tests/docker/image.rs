@@ -134,7 +134,10 @@ fn dockerfile_builds_what_the_workspace_needs() {
         .filter_map(|line| line.split_once("path = \""))
         .filter_map(|(_, rest)| rest.split(['/', '"']).next().map(str::to_owned))
         .collect();
-    assert!(!patch_paths.is_empty(), "no [patch.crates-io] paths found in Cargo.toml");
+    assert!(
+        !patch_paths.is_empty(),
+        "no [patch.crates-io] paths found in Cargo.toml"
+    );
     needed.extend(patch_paths.iter().map(String::as_str));
     for path in needed {
         assert!(
@@ -299,8 +302,11 @@ async fn one_member_container_serves_etcd() {
     .await;
 
     let endpoint = format!("http://127.0.0.1:{}", ports[0]);
-    let mut client =
-        crate::harness::connect(&[endpoint.clone()], crate::harness::client_options()).await;
+    let mut client = crate::harness::connect(
+        std::slice::from_ref(&endpoint),
+        crate::harness::client_options(),
+    )
+    .await;
     let put = tokio::time::timeout(secs(10), client.put("docker/key", "in a container", None))
         .await
         .expect("put timed out")

@@ -136,7 +136,7 @@ impl Load {
             let endpoint = endpoints_order[0].clone();
             let options = self.options.clone();
             async move {
-                let mut client = try_connect(&[endpoint.clone()], options).await?;
+                let mut client = try_connect(std::slice::from_ref(&endpoint), options).await?;
                 let response = tokio::time::timeout(
                     secs(10),
                     client.get(PREFIX, Some(GetOptions::new().with_prefix())),
@@ -266,7 +266,8 @@ impl Load {
                     let endpoint = endpoint.clone();
                     let options = options.clone();
                     async move {
-                        let mut client = try_connect(&[endpoint.clone()], options).await?;
+                        let mut client =
+                            try_connect(std::slice::from_ref(&endpoint), options).await?;
                         let response = tokio::time::timeout(
                             secs(5),
                             client.get("load-end", Some(GetOptions::new().with_serializable())),
