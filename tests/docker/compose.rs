@@ -7,7 +7,9 @@ use std::time::Instant;
 use etcd_client::GetOptions;
 
 use crate::cluster::{members_seen_by, wait_cluster};
-use crate::harness::{connect, docker_ok, repo, run_blocking, secs, serial, skip, Project, Tls};
+use crate::harness::{
+    bounded, connect, docker_ok, repo, run_blocking, secs, serial, skip, Project, Tls,
+};
 
 /// etcdctl 3.x on the host, if installed.
 fn etcdctl() -> Option<std::path::PathBuf> {
@@ -24,6 +26,7 @@ async fn compose_cluster_keeps_its_data_across_down_and_up() {
     if skip(true) {
         return;
     }
+    bounded(async {
     let started = Instant::now();
     let mut project = Project::new("compose", None);
     project.up().await;
@@ -110,6 +113,8 @@ async fn compose_cluster_keeps_its_data_across_down_and_up() {
         "compose: formed in {formed:.1?}, down and up kept 100 keys and the member ids: {:.1?} in all",
         started.elapsed()
     );
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,61 +123,64 @@ async fn compose_cluster_with_tls() {
     if skip(true) {
         return;
     }
-    let started = Instant::now();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let out = run_blocking(
-        "deploy/compose/make-certs.sh",
-        &["3".into()],
-        &[("CERTS_DIR".into(), dir.path().display().to_string())],
-        &repo(),
-        secs(60),
-    );
-    assert!(out.ok(), "make-certs.sh: {}", out.stderr);
-    let tls = Tls {
-        dir: dir.path().to_owned(),
-    };
-    let mut project = Project::new("tls", Some(tls));
-    project.up().await;
-    wait_cluster(&project, &[0, 1, 2], secs(120)).await;
+    bounded(async {
+        let started = Instant::now();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = run_blocking(
+            "deploy/compose/make-certs.sh",
+            &["3".into()],
+            &[("CERTS_DIR".into(), dir.path().display().to_string())],
+            &repo(),
+            secs(60),
+        );
+        assert!(out.ok(), "make-certs.sh: {}", out.stderr);
+        let tls = Tls {
+            dir: dir.path().to_owned(),
+        };
+        let mut project = Project::new("tls", Some(tls));
+        project.up().await;
+        wait_cluster(&project, &[0, 1, 2], secs(120)).await;
 
-    let mut client = connect(&project.endpoints(&[0, 1, 2]), project.connect_options()).await;
-    client.put("tls/key", "over mTLS", None).await.expect("put");
-    let got = client.get("tls/key", None).await.expect("get");
-    assert_eq!(got.kvs()[0].value(), b"over mTLS");
-    let list = client.member_list().await.expect("member list");
-    for member in list.members() {
-        assert!(
-            member.peer_urls().iter().all(|u| u.starts_with("https://")),
-            "{} advertises {:?}",
-            member.name(),
-            member.peer_urls()
+        let mut client = connect(&project.endpoints(&[0, 1, 2]), project.connect_options()).await;
+        client.put("tls/key", "over mTLS", None).await.expect("put");
+        let got = client.get("tls/key", None).await.expect("get");
+        assert_eq!(got.kvs()[0].value(), b"over mTLS");
+        let list = client.member_list().await.expect("member list");
+        for member in list.members() {
+            assert!(
+                member.peer_urls().iter().all(|u| u.starts_with("https://")),
+                "{} advertises {:?}",
+                member.name(),
+                member.peer_urls()
+            );
+            assert!(
+                member
+                    .client_urls()
+                    .iter()
+                    .all(|u| u.starts_with("https://")),
+                "{} advertises {:?}",
+                member.name(),
+                member.client_urls()
+            );
+        }
+        // Without a client certificate the member refuses.
+        let plain = crate::harness::client_options().with_tls(
+            etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(
+                    std::fs::read(dir.path().join("ca.crt")).unwrap(),
+                ))
+                .domain_name("localhost"),
         );
+        let mut anonymous = connect(&project.endpoints(&[0]), plain).await;
+        let refused = tokio::time::timeout(secs(10), anonymous.get("tls/key", None)).await;
         assert!(
-            member
-                .client_urls()
-                .iter()
-                .all(|u| u.starts_with("https://")),
-            "{} advertises {:?}",
-            member.name(),
-            member.client_urls()
+            !matches!(refused, Ok(Ok(_))),
+            "a client without a certificate was served"
         );
-    }
-    // Without a client certificate the member refuses.
-    let plain = crate::harness::client_options().with_tls(
-        etcd_client::TlsOptions::new()
-            .ca_certificate(etcd_client::Certificate::from_pem(
-                std::fs::read(dir.path().join("ca.crt")).unwrap(),
-            ))
-            .domain_name("localhost"),
-    );
-    let mut anonymous = connect(&project.endpoints(&[0]), plain).await;
-    let refused = tokio::time::timeout(secs(10), anonymous.get("tls/key", None)).await;
-    assert!(
-        !matches!(refused, Ok(Ok(_))),
-        "a client without a certificate was served"
-    );
-    println!(
-        "compose with tls.yml: mTLS on client and peer ports: {:.1?}",
-        started.elapsed()
-    );
+        println!(
+            "compose with tls.yml: mTLS on client and peer ports: {:.1?}",
+            started.elapsed()
+        );
+    })
+    .await;
 }

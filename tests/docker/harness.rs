@@ -587,6 +587,19 @@ pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     tokio::time::timeout(secs(3), exchange).await.ok().flatten()
 }
 
+/// Every test's hard bound: a test that runs longer fails (and its project is removed).
+pub const TEST_LIMIT: Duration = Duration::from_secs(170);
+
+/// Runs a test's body within [`TEST_LIMIT`]. The body stays alive while the failure
+/// unwinds, so that its projects print their members' logs before they are removed.
+pub async fn bounded<T>(body: impl std::future::Future<Output = T>) -> T {
+    let mut body = std::pin::pin!(body);
+    match tokio::time::timeout(TEST_LIMIT, &mut body).await {
+        Ok(value) => value,
+        Err(_) => panic!("the test ran past its bound of {TEST_LIMIT:?}"),
+    }
+}
+
 /// Polls `check` every 250 ms until it returns `Some`, panicking with `what` and the last
 /// state it described after `deadline`.
 pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use crate::harness::{
-    docker, docker_blocking, docker_ok, ensure_image, free_ports, http_get, repo, run_blocking,
-    secs, serial, skip,
+    bounded, docker, docker_blocking, docker_ok, ensure_image, free_ports, http_get, repo,
+    run_blocking, secs, serial, skip,
 };
 
 /// `docker rm -f -v` of a container when dropped.
@@ -261,98 +261,102 @@ async fn one_member_container_serves_etcd() {
     if skip(false) {
         return;
     }
-    let started = Instant::now();
-    let image = ensure_image();
-    let name = "qkdt-one-member".to_owned();
-    docker_blocking(&["rm", "-f", "-v", &name], secs(60));
-    let ports = free_ports(2);
-    let guard = Container(name.clone());
-    docker_ok(&[
-        "run",
-        "-d",
-        "--name",
-        &name,
-        "--hostname",
-        "one",
-        "--read-only",
-        "--cap-drop",
-        "ALL",
-        "-p",
-        &format!("127.0.0.1:{}:2379", ports[0]),
-        "-p",
-        &format!("127.0.0.1:{}:2381", ports[1]),
-        &image,
-        "--name",
-        "one",
-        "--listen-client-urls",
-        "http://0.0.0.0:2379",
-        "--advertise-client-urls",
-        &format!("http://127.0.0.1:{}", ports[0]),
-        "--listen-metrics-urls",
-        "http://0.0.0.0:2381",
-    ])
-    .await;
-    let metrics = format!("127.0.0.1:{}", ports[1]);
-    crate::harness::eventually("/livez 200", secs(60), || async {
-        match http_get(&metrics, "/livez").await {
-            Some((200, _)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
+    bounded(async {
+        let started = Instant::now();
+        let image = ensure_image();
+        let name = "qkdt-one-member".to_owned();
+        docker_blocking(&["rm", "-f", "-v", &name], secs(60));
+        let ports = free_ports(2);
+        let guard = Container(name.clone());
+        docker_ok(&[
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--hostname",
+            "one",
+            "--read-only",
+            "--cap-drop",
+            "ALL",
+            "-p",
+            &format!("127.0.0.1:{}:2379", ports[0]),
+            "-p",
+            &format!("127.0.0.1:{}:2381", ports[1]),
+            &image,
+            "--name",
+            "one",
+            "--listen-client-urls",
+            "http://0.0.0.0:2379",
+            "--advertise-client-urls",
+            &format!("http://127.0.0.1:{}", ports[0]),
+            "--listen-metrics-urls",
+            "http://0.0.0.0:2381",
+        ])
+        .await;
+        let metrics = format!("127.0.0.1:{}", ports[1]);
+        crate::harness::eventually("/livez 200", secs(60), || async {
+            match http_get(&metrics, "/livez").await {
+                Some((200, _)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+
+        let endpoint = format!("http://127.0.0.1:{}", ports[0]);
+        let mut client = crate::harness::connect(
+            std::slice::from_ref(&endpoint),
+            crate::harness::client_options(),
+        )
+        .await;
+        let put = tokio::time::timeout(secs(10), client.put("docker/key", "in a container", None))
+            .await
+            .expect("put timed out")
+            .expect("put");
+        let got = client.get("docker/key", None).await.expect("get");
+        assert_eq!(got.kvs()[0].value(), b"in a container");
+        assert_eq!(
+            got.kvs()[0].mod_revision(),
+            put.header().unwrap().revision()
+        );
+
+        // The process runs as 65532 (ps on the daemon's side).
+        let top = docker_ok(&["top", &name, "-eo", "pid,uid,gid,comm"]).await;
+        let row = top
+            .lines()
+            .find(|l| l.contains("quantykube"))
+            .unwrap_or_else(|| panic!("no quantykube process in docker top: {top}"));
+        let ids: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(&ids[1..3], &["65532", "65532"], "docker top: {row}");
+
+        // The data directory is the image's volume (the put above was written there by uid
+        // 65532, so the image's directory ownership reached the new volume).
+        let mounts = docker_ok(&[
+            "inspect",
+            "--format",
+            "{{range .Mounts}}{{.Destination}} {{.Type}}{{end}}",
+            &name,
+        ])
+        .await;
+        assert_eq!(mounts.trim(), "/var/lib/quantykube volume");
+
+        let livez = http_get(&format!("127.0.0.1:{}", ports[0]), "/livez").await;
+        assert!(
+            matches!(livez, Some((200, _))),
+            "/livez on the client port: {livez:?}"
+        );
+        let out = docker(&["stop", "-t", "20", &name]).await;
+        assert!(out.ok(), "docker stop: {}", out.stderr);
+        let exit = docker_ok(&["inspect", "--format", "{{.State.ExitCode}}", &name]).await;
+        assert_eq!(
+            exit.trim(),
+            "0",
+            "the member did not exit cleanly on SIGTERM"
+        );
+        drop(guard);
+        println!(
+            "one member in a container: put/get, /livez, uid 65532, clean stop: {:.1?}",
+            started.elapsed()
+        );
     })
     .await;
-
-    let endpoint = format!("http://127.0.0.1:{}", ports[0]);
-    let mut client = crate::harness::connect(
-        std::slice::from_ref(&endpoint),
-        crate::harness::client_options(),
-    )
-    .await;
-    let put = tokio::time::timeout(secs(10), client.put("docker/key", "in a container", None))
-        .await
-        .expect("put timed out")
-        .expect("put");
-    let got = client.get("docker/key", None).await.expect("get");
-    assert_eq!(got.kvs()[0].value(), b"in a container");
-    assert_eq!(
-        got.kvs()[0].mod_revision(),
-        put.header().unwrap().revision()
-    );
-
-    // The process runs as 65532 (ps on the daemon's side).
-    let top = docker_ok(&["top", &name, "-eo", "pid,uid,gid,comm"]).await;
-    let row = top
-        .lines()
-        .find(|l| l.contains("quantykube"))
-        .unwrap_or_else(|| panic!("no quantykube process in docker top: {top}"));
-    let ids: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(&ids[1..3], &["65532", "65532"], "docker top: {row}");
-
-    // The data directory is the image's volume, owned by 65532 and written to.
-    let mounts = docker_ok(&[
-        "inspect",
-        "--format",
-        "{{range .Mounts}}{{.Destination}} {{.Type}}{{end}}",
-        &name,
-    ])
-    .await;
-    assert_eq!(mounts.trim(), "/var/lib/quantykube volume");
-
-    let livez = http_get(&format!("127.0.0.1:{}", ports[0]), "/livez").await;
-    assert!(
-        matches!(livez, Some((200, _))),
-        "/livez on the client port: {livez:?}"
-    );
-    let out = docker(&["stop", "-t", "20", &name]).await;
-    assert!(out.ok(), "docker stop: {}", out.stderr);
-    let exit = docker_ok(&["inspect", "--format", "{{.State.ExitCode}}", &name]).await;
-    assert_eq!(
-        exit.trim(),
-        "0",
-        "the member did not exit cleanly on SIGTERM"
-    );
-    drop(guard);
-    println!(
-        "one member in a container: put/get, /livez, uid 65532, clean stop: {:.1?}",
-        started.elapsed()
-    );
 }
