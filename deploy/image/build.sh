@@ -90,10 +90,16 @@ EXPOSE 2379 2380 2381
 ENTRYPOINT ["/quantykube"]
 DOCKERFILE
 
+old_id=$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 sha=$(sha256sum "$bin" | cut -d' ' -f1)
 echo "building $IMAGE from $bin ($(echo "$version" | head -n1))" >&2
 DOCKER_BUILDKIT=${DOCKER_BUILDKIT:-0} docker build --quiet \
   --label "org.quantykube.binary-sha256=$sha" \
   --label "org.quantykube.profile=$profile" \
   -t "$IMAGE" "$stage" >&2
+# The image this tag named before is left untagged: remove it unless a container uses it.
+new_id=$(docker image inspect --format '{{.Id}}' "$IMAGE")
+if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
+  docker image rm "$old_id" >/dev/null 2>&1 || true
+fi
 echo "$IMAGE"
