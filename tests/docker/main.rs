@@ -14,3 +14,4 @@ mod compose;
 mod harness;
 mod image;
 mod load;
+mod scenarios;
