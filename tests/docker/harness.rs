@@ -434,6 +434,12 @@ impl Project {
         out.stdout
     }
 
+    /// Sets a variable the compose files read (e.g. `QK_REPLICAS`) for later commands.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_owned(), value.to_owned()));
+    }
+
     /// `up -d` of the three base members.
     pub async fn up(&mut self) {
         self.compose_ok(false, &["up", "-d"]).await;

@@ -187,3 +187,33 @@ async fn scenario_helm_test_pod_check_passes_on_a_healthy_cluster_only() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_scale_1_to_3_joins_the_running_member_bitnami_14393() {
+    let _serial = serial();
+    if skip(true) {
+        return;
+    }
+    bounded(async {
+        let mut project = Project::new("scale13", None);
+        project.set_env("QK_REPLICAS", "1");
+        project.compose_ok(false, &["up", "-d", "qk-0"]).await;
+        wait_cluster(&project, &[0], secs(60)).await;
+        write_keys(&project, &[0], "first", 30).await;
+        let before = members_seen_by(&project, 0).await.expect("member list");
+
+        // Two new pods at once, as a StatefulSet with parallel pod management starts
+        // them: neither founds a cluster of its own; both join the one that answers.
+        project.set_env("QK_REPLICAS", "3");
+        project
+            .compose_ok(false, &["up", "-d", "--no-recreate", "qk-1", "qk-2"])
+            .await;
+        wait_cluster(&project, &[0, 1, 2], secs(120)).await;
+        let after = members_seen_by(&project, 0).await.expect("member list");
+        assert_eq!(id_of(&before, "qk-0"), id_of(&after, "qk-0"));
+        for member in 0..3 {
+            assert_keys(&project, member, "first", 30).await;
+        }
+    })
+    .await;
+}
