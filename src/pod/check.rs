@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tonic::transport::Endpoint;
+use tonic::transport::{Channel, Endpoint};
 
 use super::cluster::{self, Reach};
 use super::PodError;
@@ -17,16 +17,7 @@ pub async fn run(reach: &Reach, endpoints: &[String], replicas: u32) -> Result<(
     let failed = |what: String| PodError::Check(what);
     let key = format!("quantykube-pod-check/{}", std::process::id()).into_bytes();
     for (n, endpoint) in endpoints.iter().enumerate() {
-        let channel = Endpoint::from_shared(endpoint.clone())
-            .map_err(|e| failed(format!("{endpoint}: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(10));
-        let channel = reach
-            .clients
-            .dial(channel)
-            .await
-            .map_err(|e| failed(format!("{endpoint}: cannot connect: {e}")))?;
-        let mut kv = KvClient::new(channel);
+        let mut kv = kv_client(reach, endpoint).await?;
         let value = format!("written through {endpoint}").into_bytes();
         let put = kv
             .put(PutRequest {
@@ -39,16 +30,8 @@ pub async fn run(reach: &Reach, endpoints: &[String], replicas: u32) -> Result<(
         let revision = put.into_inner().header.map_or(0, |h| h.revision);
         // Read back from the next member: a write through one is seen through another.
         let reader = &endpoints[(n + 1) % endpoints.len()];
-        let channel = Endpoint::from_shared(reader.clone())
-            .map_err(|e| failed(format!("{reader}: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(10));
-        let channel = reach
-            .clients
-            .dial(channel)
-            .await
-            .map_err(|e| failed(format!("{reader}: cannot connect: {e}")))?;
-        let range = KvClient::new(channel)
+        let range = kv_client(reach, reader)
+            .await?
             .range(RangeRequest {
                 key: key.clone().into(),
                 ..Default::default()
@@ -65,11 +48,8 @@ pub async fn run(reach: &Reach, endpoints: &[String], replicas: u32) -> Result<(
         println!("ok: write through {endpoint} (revision {revision}) read through {reader}");
     }
     if let Some(endpoint) = endpoints.first() {
-        let channel = Endpoint::from_shared(endpoint.clone())
-            .map_err(|e| failed(format!("{endpoint}: {e}")))?
-            .timeout(Duration::from_secs(10));
-        if let Ok(channel) = reach.clients.dial(channel).await {
-            let _ = KvClient::new(channel)
+        if let Ok(mut kv) = kv_client(reach, endpoint).await {
+            let _ = kv
                 .delete_range(DeleteRangeRequest {
                     key: key.clone().into(),
                     ..Default::default()
@@ -90,4 +70,19 @@ pub async fn run(reach: &Reach, endpoints: &[String], replicas: u32) -> Result<(
         println!("ok: {voters} started voters, no learner");
     }
     Ok(())
+}
+
+/// A KV client on `endpoint`, with the member's own TLS.
+async fn kv_client(reach: &Reach, endpoint: &str) -> Result<KvClient<Channel>, PodError> {
+    let failed = |what: String| PodError::Check(what);
+    let channel = Endpoint::from_shared(endpoint.to_string())
+        .map_err(|e| failed(format!("{endpoint}: {e}")))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10));
+    let channel = reach
+        .clients
+        .dial(channel)
+        .await
+        .map_err(|e| failed(format!("{endpoint}: cannot connect: {e}")))?;
+    Ok(KvClient::new(channel))
 }

@@ -224,7 +224,7 @@ async fn save(cluster: &Cluster, dir: &Path) -> PathBuf {
 }
 
 /// `etcdctl snapshot status -w json` of `file`: (hash, revision, total keys, size).
-fn etcdctl_status(file: &Path) -> serde_json::Value {
+pub(crate) fn etcdctl_status(file: &Path) -> serde_json::Value {
     let out = Command::new(etcdctl_binary())
         .env("ETCDCTL_API", "3")
         .args(["snapshot", "status", "-w", "json"])

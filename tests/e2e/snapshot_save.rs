@@ -3,10 +3,10 @@
 //! must be the one `etcdctl snapshot save` writes: the same revision, keys and hash as
 //! etcdctl reports them; its refusals are etcdctl's, and a failed save leaves nothing.
 
-use std::path::Path;
 use std::process::Command;
 
 use crate::harness::{etcdctl_binary, Cluster, Target};
+use crate::snapshot::etcdctl_status;
 
 /// `quantykube snapshot save <args>` (QuantyKube's binary whatever the target).
 fn quantykube_save(args: &[&str]) -> std::process::Output {
@@ -17,21 +17,6 @@ fn quantykube_save(args: &[&str]) -> std::process::Output {
         .env_remove("ETCDCTL_ENDPOINTS")
         .output()
         .expect("run quantykube snapshot save")
-}
-
-fn etcdctl_status(file: &Path) -> serde_json::Value {
-    let out = Command::new(etcdctl_binary())
-        .env("ETCDCTL_API", "3")
-        .args(["snapshot", "status", "-w", "json"])
-        .arg(file)
-        .output()
-        .expect("etcdctl snapshot status");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("status json")
 }
 
 #[tokio::test]
