@@ -230,6 +230,7 @@ pub fn secs(n: u64) -> Duration {
 /// the tag already carries that binary (its label holds the binary's SHA-256).
 pub fn ensure_image() -> String {
     static IMAGE: OnceLock<String> = OnceLock::new();
+    sweep_stale();
     IMAGE
         .get_or_init(|| {
             let tag = image_tag();
@@ -342,18 +343,19 @@ pub const SCALE_FILE: &str = "deploy/compose/scale-5.yml";
 pub const TLS_FILE: &str = "deploy/compose/tls.yml";
 
 impl Project {
-    /// A project named `qkdt-<scenario>`, for members 0..5 (3 and 4 only exist with
-    /// deploy/compose/scale-5.yml). A leftover project of the same name (a killed run) is
-    /// removed first.
+    /// A project named `qkdt<pid>-<scenario>` (two test runs on one machine never share
+    /// one), for members 0..5 (3 and 4 only exist with deploy/compose/scale-5.yml), with
+    /// `QK_REPLICAS=3` whatever the caller's environment says (`set_env` changes it).
     pub fn new(scenario: &str, tls: Option<Tls>) -> Project {
         let compose = compose_command().expect("compose checked by skip()");
         let image = ensure_image();
-        let name = format!("qkdt-{scenario}");
+        let name = format!("{}-{scenario}", run_tag());
         let prefix = format!("{name}-");
         let mut files = vec![repo().join(BASE_FILE), repo().join(SCALE_FILE)];
         let mut env = vec![
             ("QK_IMAGE".to_owned(), image),
             ("QK_CONTAINER_PREFIX".to_owned(), prefix.clone()),
+            ("QK_REPLICAS".to_owned(), "3".to_owned()),
         ];
         if let Some(tls) = &tls {
             files.push(repo().join(TLS_FILE));
@@ -517,23 +519,104 @@ impl Project {
             eprintln!("compose down of {} failed: {}", self.name, out.stderr);
         }
         // Whatever the files no longer name (a container or volume made by hand).
-        let label = format!("label=com.docker.compose.project={}", self.name);
-        for (kind, list) in [
-            ("container", vec!["ps", "-aq", "--filter", &label]),
-            ("volume", vec!["volume", "ls", "-q", "--filter", &label]),
-            ("network", vec!["network", "ls", "-q", "--filter", &label]),
-        ] {
-            let ids = docker_blocking(&list, secs(30));
-            for id in ids.stdout.split_whitespace() {
-                let rm = match kind {
-                    "container" => vec!["rm", "-f", "-v", id],
-                    "volume" => vec!["volume", "rm", "-f", id],
-                    _ => vec!["network", "rm", id],
-                };
-                docker_blocking(&rm, secs(60));
-            }
+        remove_project_resources(&self.name);
+    }
+}
+
+/// `qkdt<pid>`: what this test process's projects and containers are named after.
+pub fn run_tag() -> String {
+    format!("qkdt{}", std::process::id())
+}
+
+/// Removes the containers, volumes and network of compose project `name` by label.
+fn remove_project_resources(name: &str) {
+    let label = format!("label=com.docker.compose.project={name}");
+    for (kind, list) in [
+        ("container", vec!["ps", "-aq", "--filter", &label]),
+        ("volume", vec!["volume", "ls", "-q", "--filter", &label]),
+        ("network", vec!["network", "ls", "-q", "--filter", &label]),
+    ] {
+        let ids = docker_blocking(&list, secs(30));
+        for id in ids.stdout.split_whitespace() {
+            let rm = match kind {
+                "container" => vec!["rm", "-f", "-v", id],
+                "volume" => vec!["volume", "rm", "-f", id],
+                _ => vec!["network", "rm", id],
+            };
+            docker_blocking(&rm, secs(60));
         }
     }
+}
+
+/// Once per test process: removes what test runs that no longer exist left behind (a
+/// run killed before its guards ran), found by the `qkdt<pid>` in the names.
+fn sweep_stale() {
+    static SWEPT: OnceLock<()> = OnceLock::new();
+    SWEPT.get_or_init(|| {
+        let stale = |name: &str| {
+            name.strip_prefix("qkdt")
+                .and_then(|rest| rest.split_once('-'))
+                .and_then(|(pid, _)| pid.parse::<u32>().ok())
+                .is_some_and(|pid| {
+                    pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
+                })
+        };
+        let format = "{{.Label \"com.docker.compose.project\"}}";
+        let mut projects = std::collections::BTreeSet::new();
+        for list in [
+            vec![
+                "ps",
+                "-a",
+                "--filter",
+                "label=com.docker.compose.project",
+                "--format",
+                format,
+            ],
+            vec![
+                "volume",
+                "ls",
+                "--filter",
+                "label=com.docker.compose.project",
+                "--format",
+                format,
+            ],
+            vec![
+                "network",
+                "ls",
+                "--filter",
+                "label=com.docker.compose.project",
+                "--format",
+                format,
+            ],
+        ] {
+            let out = docker_blocking(&list, secs(30));
+            projects.extend(
+                out.stdout
+                    .split_whitespace()
+                    .filter(|n| stale(n))
+                    .map(str::to_owned),
+            );
+        }
+        for project in projects {
+            println!("removing {project}, left behind by a test run that is gone");
+            remove_project_resources(&project);
+        }
+        let containers = docker_blocking(
+            &[
+                "ps",
+                "-a",
+                "--filter",
+                "name=^qkdt",
+                "--format",
+                "{{.Names}}",
+            ],
+            secs(30),
+        );
+        for name in containers.stdout.split_whitespace().filter(|n| stale(n)) {
+            println!("removing container {name}, left behind by a test run that is gone");
+            docker_blocking(&["rm", "-f", "-v", name], secs(60));
+        }
+    });
 }
 
 impl Drop for Project {

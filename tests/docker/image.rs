@@ -264,7 +264,7 @@ async fn one_member_container_serves_etcd() {
     bounded(async {
         let started = Instant::now();
         let image = ensure_image();
-        let name = "qkdt-one-member".to_owned();
+        let name = format!("{}-one-member", crate::harness::run_tag());
         docker_blocking(&["rm", "-f", "-v", &name], secs(60));
         let ports = free_ports(2);
         let guard = Container(name.clone());
