@@ -16,6 +16,11 @@ command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] || need+=(dnsmasq-base
 # the TLS benchmarks make their certificates with openssl.
 command -v curl >/dev/null || need+=(curl)
 command -v openssl >/dev/null || need+=(openssl)
+# tests/docker drives compose clusters; where Docker runs but has no compose, add it.
+if command -v docker >/dev/null && ! command -v docker-compose >/dev/null \
+  && ! docker compose version >/dev/null 2>&1; then
+  need+=(docker-compose)
+fi
 python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)  # tests/helm/run.sh makes a venv
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -102,10 +102,15 @@ fn status_text(status: tonic::Status) -> String {
 /// The members, as the member at `client_url` lists them after a read barrier.
 pub async fn list(reach: &Reach, client_url: &str) -> Result<Vec<Listed>, String> {
     let mut client = connect(reach, client_url).await?;
-    let response = client
-        .member_list(MemberListRequest { linearizable: true })
-        .await
-        .map_err(status_text)?;
+    // A cluster without a leader yet cannot answer a linearizable list: ask again soon
+    // rather than wait for the call's own deadline.
+    let response = tokio::time::timeout(
+        ASK_TIMEOUT,
+        client.member_list(MemberListRequest { linearizable: true }),
+    )
+    .await
+    .map_err(|_| format!("{client_url}: no member list within {ASK_TIMEOUT:?}"))?
+    .map_err(status_text)?;
     Ok(response
         .into_inner()
         .members

@@ -24,7 +24,7 @@ pub mod stop;
 
 use std::ffi::OsString;
 use std::future::Future;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,6 +108,7 @@ pub fn main<I: IntoIterator<Item = OsString>>(
     let level = env("ETCD_LOG_LEVEL").unwrap_or_else(|| "info".into());
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("QUANTYKUBE_LOG").unwrap_or_else(|_| {
                 tracing_subscriber::EnvFilter::new(format!("{level},openraft=warn"))
