@@ -112,7 +112,10 @@ impl ClusterService {
                         handed_over = true;
                         continue;
                     }
-                    Err(MembershipError::LeaderChanged) if !relayed => continue,
+                    // Not committed (never proposed, or discarded with the term that
+                    // proposed it): asking again is safe, relayed or not; a member that
+                    // no longer leads then answers below.
+                    Err(MembershipError::LeaderChanged) => continue,
                     Err(error) => return Err(status::from_membership(error)),
                 }
             }

@@ -182,3 +182,169 @@ mod tests {
         assert!(inside.kube.is_some());
     }
 }
+
+#[cfg(test)]
+mod api_server_tests {
+    //! The StatefulSet read against a stand-in API server on loopback (HTTPS, as
+    //! Kubernetes serves it): the service account's token goes in the request, a server
+    //! whose certificate another CA signed is refused, and a refusal by the API is
+    //! reported in the API's words; in no case does the token appear in an error.
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const TOKEN: &str = "service-account-token-value";
+
+    fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+    }
+
+    /// A server certificate for 127.0.0.1 that `issuer` signed.
+    fn server_tls(issuer: &CertifiedIssuer<'static, KeyPair>) -> Arc<rustls::ServerConfig> {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.subject_alt_names = vec![SanType::IpAddress("127.0.0.1".parse().unwrap())];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, issuer).unwrap();
+        let chain = vec![CertificateDer::from_pem_slice(cert.pem().as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap();
+        Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap(),
+        )
+    }
+
+    /// Answers every request with `status` and `body`; yields each request's head.
+    async fn api_server(
+        tls: Arc<rustls::ServerConfig>,
+        status: &'static str,
+        body: &'static str,
+    ) -> (u16, tokio::sync::mpsc::Receiver<String>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (heads, received) = tokio::sync::mpsc::channel(4);
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let Ok(mut stream) = acceptor.accept(tcp).await else {
+                    continue;
+                };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = heads
+                    .send(String::from_utf8_lossy(&head).into_owned())
+                    .await;
+                let response = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            }
+        });
+        (port, received)
+    }
+
+    fn credentials(trusted: &CertifiedIssuer<'static, KeyPair>) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), trusted.pem()).unwrap();
+        dir
+    }
+
+    fn statefulset(port: u16, credentials: &tempfile::TempDir) -> KubeStatefulSet {
+        KubeStatefulSet {
+            host: "127.0.0.1".into(),
+            port: port.to_string(),
+            namespace: "db".into(),
+            name: "qk".into(),
+            credentials: credentials.path().to_path_buf(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_statefulset_is_read_with_the_service_accounts_token() {
+        let cluster_ca = ca("cluster-ca");
+        let dir = credentials(&cluster_ca);
+        let (port, mut heads) = api_server(
+            server_tls(&cluster_ca),
+            "200 OK",
+            r#"{"kind":"StatefulSet","spec":{"replicas":5}}"#,
+        )
+        .await;
+        assert_eq!(statefulset(port, &dir).replicas().await, Ok(5));
+        let head = heads.recv().await.unwrap().to_ascii_lowercase();
+        assert!(
+            head.starts_with("get /apis/apps/v1/namespaces/db/statefulsets/qk http/1.1"),
+            "{head}"
+        );
+        assert!(
+            head.contains(&format!("authorization: bearer {TOKEN}")),
+            "{head}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_another_ca_signed_is_refused_and_the_pod_falls_back() {
+        let cluster_ca = ca("cluster-ca");
+        let dir = credentials(&cluster_ca);
+        let (port, mut heads) = api_server(
+            server_tls(&ca("forged-ca")),
+            "200 OK",
+            r#"{"spec":{"replicas":1}}"#,
+        )
+        .await;
+        let error = statefulset(port, &dir).replicas().await.unwrap_err();
+        assert!(error.starts_with("TLS with the API server"), "{error}");
+        assert!(!error.contains(TOKEN));
+        // The token never left: the handshake failed before any request.
+        assert!(heads.try_recv().is_err());
+        let spec = super::super::spec::PodSpec::from_env(&|key| match key {
+            "QK_POD_NAME" => Some("qk-1".into()),
+            "QK_REPLICAS" => Some("3".into()),
+            _ => None,
+        })
+        .unwrap();
+        let desired = DesiredReplicas {
+            kube: Some(statefulset(port, &dir)),
+        };
+        assert_eq!(desired.get(&spec).await, 3);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_reported_in_the_apis_words() {
+        let cluster_ca = ca("cluster-ca");
+        let dir = credentials(&cluster_ca);
+        let (port, _heads) = api_server(
+            server_tls(&cluster_ca),
+            "403 Forbidden",
+            r#"{"kind":"Status","message":"statefulsets.apps \"qk\" is forbidden: User \"system:serviceaccount:db:default\" cannot get resource"}"#,
+        )
+        .await;
+        let error = statefulset(port, &dir).replicas().await.unwrap_err();
+        assert!(error.contains("403"), "{error}");
+        assert!(error.contains("cannot get resource"), "{error}");
+        assert!(!error.contains(TOKEN));
+        // An unreadable answer is an error too, never a count.
+        let (port, _heads) = api_server(server_tls(&cluster_ca), "200 OK", "{not json").await;
+        assert!(statefulset(port, &dir).replicas().await.is_err());
+    }
+}
