@@ -125,7 +125,7 @@ pub async fn list(reach: &Reach, client_url: &str) -> Result<Vec<Listed>, String
 }
 
 /// MemberAdd of `peer_url` as a learner, through the member at `client_url`.
-pub async fn add_learner(reach: &Reach, client_url: &str, peer_url: &str) -> Result<u64, String> {
+async fn add_learner(reach: &Reach, client_url: &str, peer_url: &str) -> Result<u64, String> {
     let mut client = connect(reach, client_url).await?;
     let response = client
         .member_add(MemberAddRequest {
@@ -137,7 +137,7 @@ pub async fn add_learner(reach: &Reach, client_url: &str, peer_url: &str) -> Res
     Ok(response.into_inner().member.map_or(0, |m| m.id))
 }
 
-pub async fn remove(reach: &Reach, client_url: &str, id: u64) -> Result<(), String> {
+async fn remove(reach: &Reach, client_url: &str, id: u64) -> Result<(), String> {
     let mut client = connect(reach, client_url).await?;
     client
         .member_remove(MemberRemoveRequest { id })
@@ -146,7 +146,7 @@ pub async fn remove(reach: &Reach, client_url: &str, id: u64) -> Result<(), Stri
         .map_err(status_text)
 }
 
-pub async fn promote(reach: &Reach, client_url: &str, id: u64) -> Result<(), String> {
+async fn promote(reach: &Reach, client_url: &str, id: u64) -> Result<(), String> {
     let mut client = connect(reach, client_url).await?;
     client
         .member_promote(MemberPromoteRequest { id })
@@ -155,8 +155,42 @@ pub async fn promote(reach: &Reach, client_url: &str, id: u64) -> Result<(), Str
         .map_err(status_text)
 }
 
-/// Runs `op` against each member's client URL in turn until one succeeds.
-pub async fn on_any<T, F, Fut>(spec: &PodSpec, replicas: u32, op: F) -> Result<T, String>
+/// The membership calls, asked of each other pod's member in turn until one answers
+/// (a follower relays a change to the leader; a learner, this pod's own member
+/// possibly, answers neither).
+impl Reach {
+    pub async fn list_any(&self, spec: &PodSpec, replicas: u32) -> Result<Vec<Listed>, String> {
+        on_any(spec, replicas, |url| async move { list(self, &url).await }).await
+    }
+
+    pub async fn add_learner_any(&self, spec: &PodSpec, replicas: u32) -> Result<u64, String> {
+        let peer_url = spec.peer_url(spec.ordinal);
+        let peer_url = &peer_url;
+        on_any(spec, replicas, |url| async move {
+            add_learner(self, &url, peer_url).await
+        })
+        .await
+    }
+
+    pub async fn remove_any(&self, spec: &PodSpec, replicas: u32, id: u64) -> Result<(), String> {
+        on_any(
+            spec,
+            replicas,
+            |url| async move { remove(self, &url, id).await },
+        )
+        .await
+    }
+
+    pub async fn promote_any(&self, spec: &PodSpec, replicas: u32, id: u64) -> Result<(), String> {
+        on_any(spec, replicas, |url| async move {
+            promote(self, &url, id).await
+        })
+        .await
+    }
+}
+
+/// Runs `op` against each other pod's client URL in turn until one succeeds.
+async fn on_any<T, F, Fut>(spec: &PodSpec, replicas: u32, op: F) -> Result<T, String>
 where
     F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,

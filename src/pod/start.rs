@@ -69,12 +69,7 @@ pub async fn run(
             }
             Step::Join { members } => Some(server_config(&spec, &members, "existing", env)?),
             Step::AddLearner => {
-                let added = cluster::on_any(&spec, replicas, |url| {
-                    let reach = reach.clone();
-                    let peer_url = peer_url.clone();
-                    async move { cluster::add_learner(&reach, &url, &peer_url).await }
-                })
-                .await;
+                let added = reach.add_learner_any(&spec, replicas).await;
                 match added {
                     Ok(id) => {
                         tracing::info!(member_id = %format!("{id:x}"), %peer_url, "added this pod as a learner")
@@ -85,11 +80,7 @@ pub async fn run(
             }
             Step::RemoveStale { id, reason } => {
                 tracing::warn!(member_id = %format!("{id:x}"), %reason, "removing a stale member");
-                let removed = cluster::on_any(&spec, replicas, |url| {
-                    let reach = reach.clone();
-                    async move { cluster::remove(&reach, &url, id).await }
-                })
-                .await;
+                let removed = reach.remove_any(&spec, replicas, id).await;
                 if let Err(error) = removed {
                     tracing::warn!(%error, "cannot remove the stale member yet");
                 }
@@ -236,11 +227,7 @@ async fn promote_when_caught_up(spec: PodSpec, reach: Reach, desired: DesiredRep
     loop {
         tokio::time::sleep(RETRY).await;
         let replicas = desired.get(&spec).await;
-        let listed = cluster::on_any(&spec, replicas, |url| {
-            let reach = reach.clone();
-            async move { cluster::list(&reach, &url).await }
-        })
-        .await;
+        let listed = reach.list_any(&spec, replicas).await;
         let Ok(members) = listed else { continue };
         let Some(me) = members.iter().find(|m| m.peer_urls.contains(&peer_url)) else {
             continue;
@@ -252,11 +239,7 @@ async fn promote_when_caught_up(spec: PodSpec, reach: Reach, desired: DesiredRep
             continue;
         }
         let id = me.id;
-        let promoted = cluster::on_any(&spec, replicas, |url| {
-            let reach = reach.clone();
-            async move { cluster::promote(&reach, &url, id).await }
-        })
-        .await;
+        let promoted = reach.promote_any(&spec, replicas, id).await;
         match promoted {
             Ok(()) => {
                 tracing::info!(member_id = %format!("{id:x}"), "promoted this learner to a voter");

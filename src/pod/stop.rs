@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::cluster::{self, Reach};
+use super::cluster::Reach;
 use super::replicas::DesiredReplicas;
 use super::spec::PodSpec;
 use super::PodError;
@@ -35,11 +35,7 @@ pub async fn run(
         loop {
             // The pod's own member may be the only one it can reach; a removed member
             // still answers until it applies its removal, and the others after.
-            let listed = cluster::on_any(spec, replicas, |url| {
-                let reach = reach.clone();
-                async move { cluster::list(&reach, &url).await }
-            })
-            .await;
+            let listed = reach.list_any(spec, replicas).await;
             let last_error = match listed {
                 Ok(members) => {
                     let Some(me) = members.iter().find(|m| m.peer_urls.contains(&peer_url)) else {
@@ -47,11 +43,7 @@ pub async fn run(
                         return;
                     };
                     let id = me.id;
-                    let removed = cluster::on_any(spec, replicas, |url| {
-                        let reach = reach.clone();
-                        async move { cluster::remove(&reach, &url, id).await }
-                    })
-                    .await;
+                    let removed = reach.remove_any(spec, replicas, id).await;
                     match removed {
                         Ok(()) => {
                             tracing::info!(member_id = %format!("{id:x}"), "removed this member: scaled down");
