@@ -205,7 +205,15 @@ async fn carry_out(
         {
             Ok(response) => {
                 tracing::info!(?change, "applied a configuration change through raft");
-                return Ok(Outcome::Done(response.membership));
+                // A joint configuration still lists a removed member: answer with the
+                // settled one, as etcd answers with the membership after the change.
+                let committed = match response.membership {
+                    Some(joint) if joint.get_joint_config().len() > 1 => {
+                        settled_membership(node).await
+                    }
+                    other => other,
+                };
+                return Ok(Outcome::Done(committed));
             }
             Err(error) if retry_later(&error) => {
                 tracing::debug!(%error, "membership change must wait");
@@ -215,6 +223,18 @@ async fn carry_out(
         }
     }
     Err(MembershipError::Timeout)
+}
+
+/// The membership once it is no longer joint (the change's second step commits right
+/// after its first), or None, for the caller to read the applied one, if it takes longer.
+async fn settled_membership(node: &Node) -> Option<openraft::Membership<NodeId, Member>> {
+    let mut metrics = node.raft().metrics();
+    let settled =
+        metrics.wait_until(|m| m.membership_config.membership().get_joint_config().len() == 1);
+    match tokio::time::timeout(node.election_timeout() * 5, settled).await {
+        Ok(Ok(metrics)) => Some(metrics.membership_config.membership().clone()),
+        _ => None,
+    }
 }
 
 /// The openraft change that carries out `change`, and its `retain` flag.
