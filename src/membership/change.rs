@@ -207,11 +207,20 @@ async fn carry_out(
                 tracing::info!(?change, "applied a configuration change through raft");
                 // A joint configuration still lists a removed member: answer with the
                 // settled one, as etcd answers with the membership after the change.
-                let committed = match response.membership {
-                    Some(joint) if joint.get_joint_config().len() > 1 => {
-                        settled_membership(node).await
-                    }
-                    other => other,
+                let removed = match change {
+                    Change::Remove { id } => Some(id),
+                    _ => None,
+                };
+                let joint = response
+                    .membership
+                    .as_ref()
+                    .is_some_and(|m| m.get_joint_config().len() > 1);
+                let committed = if joint || removed.is_some() {
+                    settled_membership(node, removed)
+                        .await
+                        .or(response.membership)
+                } else {
+                    response.membership
                 };
                 return Ok(Outcome::Done(committed));
             }
@@ -226,11 +235,18 @@ async fn carry_out(
 }
 
 /// The membership once it is no longer joint (the change's second step commits right
-/// after its first), or None, for the caller to read the applied one, if it takes longer.
-async fn settled_membership(node: &Node) -> Option<openraft::Membership<NodeId, Member>> {
+/// after its first) and no longer has `removed` among its nodes, or None if that takes
+/// longer than a few election timeouts.
+async fn settled_membership(
+    node: &Node,
+    removed: Option<NodeId>,
+) -> Option<openraft::Membership<NodeId, Member>> {
     let mut metrics = node.raft().metrics();
-    let settled =
-        metrics.wait_until(|m| m.membership_config.membership().get_joint_config().len() == 1);
+    let settled = metrics.wait_until(|m| {
+        let membership = m.membership_config.membership();
+        membership.get_joint_config().len() == 1
+            && removed.is_none_or(|id| membership.get_node(&id).is_none())
+    });
     match tokio::time::timeout(node.election_timeout() * 5, settled).await {
         Ok(Ok(metrics)) => Some(metrics.membership_config.membership().clone()),
         _ => None,
