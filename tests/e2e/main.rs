@@ -1,11 +1,16 @@
 //! End-to-end tests against real server processes: QuantyKube by default, or etcd
 //! with `QK_TEST_TARGET=etcd` (see `harness.rs`). One test binary for all modules.
 
+mod auth_support;
 mod certs;
 mod harness;
 mod prometheus_text;
 mod raw;
 
+mod auth;
+mod auth_cluster;
+mod auth_enforce;
+mod auth_tokens;
 mod auto_compaction;
 mod bench_tool;
 mod cluster_boundaries;
