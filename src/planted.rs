@@ -3,10 +3,10 @@
 //!
 //! Compiled only with the `planted-bugs` feature, which only the simulation crate
 //! enables. Every switch is off until a test turns it on; the server consults this
-//! module at exactly eight places (read index, write acknowledgement, apply twice, a
+//! module at exactly nine places (read index, write acknowledgement, apply twice, a
 //! Put misplaced at apply, a watch's catch-up, the lessor's timers, a member's removal,
-//! the snapshot export's `key` bucket), each behind the same feature. It must never be enabled in a build that
-//! serves users.
+//! the snapshot export's `key` bucket, the apply-time auth revision check), each behind
+//! the same feature. It must never be enabled in a build that serves users.
 
 use std::sync::Mutex;
 
@@ -33,6 +33,10 @@ pub enum PlantedBug {
     /// with `~` appended: it makes the same revision as the others, but the key
     /// silently keeps its old state (and a key nobody wrote appears).
     MemberMisplacesPuts { member: u64 },
+    /// Applying a command skips the auth revision check: a write authorised against an
+    /// auth store that changed before its turn in the log (a permission revoked, a
+    /// user deleted) is applied anyway instead of being authorised again.
+    StaleAuthRevision,
 }
 
 static PLANTED: Mutex<Vec<PlantedBug>> = Mutex::new(Vec::new());

@@ -36,17 +36,23 @@
 //! - membership ([`check_membership`], in `membership`): the members still in the
 //!   cluster agree on one member list that reflects every acknowledged change, and a
 //!   removed member neither serves a linearizable read or a write sent after its
-//!   removal was acknowledged nor keeps running.
+//!   removal was acknowledged nor keeps running;
+//! - auth ([`check_auth`], in `auth`): no user request succeeded with a permission, a
+//!   role or a user an administrator had taken away before it was sent (and nothing
+//!   could have given back in time), and no linearizable read was refused a
+//!   permission that surely held, judged from the auth workload's log.
 //!
 //! It must never change the cluster (reads only) and never excuse a violation: a check
 //! that cannot decide (e.g. a member that does not answer) reports it as a violation.
 
+mod auth;
 mod hashkv;
 mod lease;
 mod membership;
 mod snapshot;
 mod watch;
 
+pub use auth::{check_auth, check_entries as check_auth_entries};
 pub use hashkv::await_hash_agreement;
 pub use lease::{check_leases, LIVENESS_SLACK, SAFETY_SLACK};
 pub use membership::{await_member_lists, check_membership, MembershipFacts};

@@ -5,13 +5,19 @@
 //! [`Operation`] and its parts (key-value requests and lease requests alike, each with
 //! the member that answered it), (in `watch`) [`WatchLog`], what one watch client saw,
 //! (in `membership`) [`MembershipLog`], the membership changes a client asked for, and
-//! (in `snapshot`) [`SnapshotLog`], the snapshot files clients fetched.
+//! (in `snapshot`) [`SnapshotLog`], the snapshot files clients fetched, and (in `auth`)
+//! [`AuthLog`], the auth changes an administrator made and what its users were let do.
 //! It records; it never judges (the checkers do) and never talks to the cluster.
 
+mod auth;
 mod membership;
 mod snapshot;
 mod watch;
 
+pub use auth::{
+    Access, AdminEntry, AuthChange, AuthLog, ChangeOutcome as AuthChangeOutcome, Fact, UserEntry,
+    UserOutcome,
+};
 pub use membership::{ChangeOutcome, ListedMember, MemberChange, MembershipEntry, MembershipLog};
 pub use snapshot::{SnapshotLog, SnapshotRecord};
 pub use watch::{EventKind, WatchEntry, WatchEvent, WatchLog, WatchResponseRecord};

@@ -2,6 +2,10 @@
 //! clients, one or two [`WatchClient`]s watching their keys, one [`LeaseClient`] with
 //! keys of its own, one [`SnapshotClient`] taking backups, in some seeds a [`MembershipClient`] adding, removing and
 //! replacing members meanwhile, the seed's [`FaultPlan`], healing, and every checker.
+//! A few seeds (see [`AUTH_PERCENT`]) run etcd auth instead: an [`AuthClient`]
+//! administrator taking permissions, roles and users away and giving them back while
+//! its users read and write (the other clients would need tokens), under the same
+//! faults, judged by the auth checker and the key-value checkers.
 //!
 //! This module owns [`Scenario`] (what a seed runs) and [`SeedReport`] (what came of
 //! it: counts, the faults as injected, violations, and a hash of every event). The CI
@@ -21,11 +25,13 @@ use crate::checker::{self, Fnv};
 use crate::cluster::SimCluster;
 use crate::error::SimError;
 use crate::faults::{step_until, FaultPlan, Injector, LeaderWatch};
-use crate::history::{History, MembershipLog, Op, Operation, Outcome, SnapshotLog, WatchLog};
+use crate::history::{
+    AuthLog, History, MembershipLog, Op, Operation, Outcome, SnapshotLog, WatchLog,
+};
 use crate::rng::{mix, SimRng};
 use crate::workload::{
-    LeaseClient, MembershipClient, MembershipOp, MembershipStep, Mixed, SnapshotClient,
-    WatchClient, WatchTarget, WritesInFlight,
+    AuthClient, AuthPhase, LeaseClient, MembershipClient, MembershipOp, MembershipStep, Mixed,
+    SnapshotClient, WatchClient, WatchTarget, WritesInFlight,
 };
 
 /// How long watch clients may take, once the writers are done, to deliver the last
@@ -43,6 +49,14 @@ const LEASE_CHECKPOINT_INTERVAL: &str = "2s";
 
 /// Seeds (in a hundred) whose scenario has a membership client.
 const MEMBERSHIP_PERCENT: u64 = 25;
+
+/// Seeds (in a hundred, of those without a membership client) that run the auth
+/// workload instead of the others.
+pub const AUTH_PERCENT: u64 = 12;
+
+/// The members' `--bcrypt-cost` in auth seeds: etcd's minimum, so that logins cost
+/// little real time.
+const BCRYPT_COST: &str = "4";
 
 /// How long a removed member may take, once everything else is done, to stop.
 const REMOVED_STOP: Duration = Duration::from_secs(20);
@@ -114,6 +128,8 @@ pub struct Scenario {
     /// What the seed's membership client does, in order; empty: no membership client
     /// (the cluster keeps its founding members).
     pub membership: Vec<MembershipStep>,
+    /// If set, the seed runs the auth workload instead of the other clients.
+    pub auth: Option<AuthPlan>,
     /// The server bugs the run steps around (see [`KnownIssues`]).
     pub known: KnownIssues,
     /// Where members keep their data (default: `/dev/shm` if it exists, so fsyncs
@@ -149,6 +165,11 @@ impl Scenario {
         } else {
             Vec::new()
         };
+        // And again, only in seeds without a membership client: the others keep theirs.
+        let auth = (membership.is_empty() && rng.percent(AUTH_PERCENT)).then(|| AuthPlan {
+            users: rng.below(2..4) as usize,
+            episodes: rng.below(3..6) as usize,
+        });
         Scenario {
             seed,
             plan,
@@ -157,6 +178,7 @@ impl Scenario {
             watchers,
             leases,
             membership,
+            auth,
             known: KnownIssues::of_this_server(),
             data_root: default_data_root(),
         }
@@ -173,6 +195,7 @@ impl Scenario {
             watchers: self.watchers.len(),
             leases: 0,
             membership_changes: 0,
+            auth_changes: 0,
             known: Vec::new(),
             faults: Vec::new(),
             injected: 0,
@@ -243,6 +266,9 @@ impl Scenario {
             .flag(format!(
                 "--experimental-lease-checkpoint-interval={LEASE_CHECKPOINT_INTERVAL}"
             ));
+        if self.auth.is_some() {
+            builder = builder.flag(format!("--bcrypt-cost={BCRYPT_COST}"));
+        }
         if let Some(root) = &self.data_root {
             builder = builder.data_root(root);
         }
@@ -255,6 +281,9 @@ impl Scenario {
         let leader = watch.clone();
         if !step_until(sim, Duration::from_secs(20), || leader.leader().is_some())? {
             return Err(SimError::Timeout("no leader within 20 s".into()));
+        }
+        if let Some(auth) = &self.auth {
+            return self.drive_auth(sim, history, report, &cluster, watch, auth);
         }
 
         let writes = WritesInFlight::new();
@@ -498,6 +527,98 @@ impl Scenario {
     }
 }
 
+impl Scenario {
+    /// The rest of [`Scenario::drive`] for an auth seed: the administrator and its
+    /// users under the seed's faults, then (auth off again) the key-value checkers on
+    /// the users' requests and the auth checker on the auth log.
+    fn drive_auth(
+        &self,
+        sim: &mut turmoil::Sim<'_>,
+        history: &History,
+        report: &mut SeedReport,
+        cluster: &SimCluster,
+        watch: LeaderWatch,
+        plan: &AuthPlan,
+    ) -> Result<(), SimError> {
+        report.clients = plan.users;
+        report.watchers = 0;
+        let run_for = run_for(&self.plan);
+        let log = AuthLog::new();
+        let phase = AuthPhase::new();
+        let auth = AuthClient {
+            users: plan.users,
+            episodes: plan.episodes,
+            run_for,
+            ..AuthClient::new("auth-admin", cluster.directory(), mix(self.seed, 600))
+        };
+        for n in 1..=plan.users {
+            let (user, log, history, phase) =
+                (auth.clone(), log.clone(), history.clone(), phase.clone());
+            sim.client(format!("auth-u{n}"), async move {
+                user.user(n, log, history, phase).await?;
+                Ok(())
+            });
+        }
+        let (admin, admin_log, admin_phase) = (auth.clone(), log.clone(), phase.clone());
+        sim.client("auth-admin", async move {
+            admin.admin(admin_log, admin_phase).await?;
+            Ok(())
+        });
+
+        let mut injector = Injector::new(cluster, watch.clone(), WritesInFlight::new(), self.seed);
+        let outcome = self
+            .plan
+            .episodes
+            .iter()
+            .try_for_each(|episode| injector.run_episode(sim, episode));
+        report.faults = injector.log().to_vec();
+        report.injected = injector.injected();
+        outcome?;
+        let limit = run_for + Duration::from_secs(120);
+        if !injector.step_until(sim, limit, || phase.admin_done())? {
+            return Err(SimError::Timeout(format!(
+                "the auth clients still running {limit:?} after the faults"
+            )));
+        }
+        watch.stop();
+
+        let verdict = Rc::new(RefCell::new(None));
+        let out = verdict.clone();
+        let members = cluster.members();
+        let operations = history.operations();
+        sim.client("checker", async move {
+            let checked =
+                checker::check_all(&members, &operations, 1, Duration::from_secs(30)).await;
+            *out.borrow_mut() = Some(checked);
+            Ok(())
+        });
+        sim.run().map_err(|e| SimError::Simulation(e.to_string()))?;
+        let Some((digests, violations)) = verdict.take() else {
+            return Err(SimError::Simulation("the checker did not finish".into()));
+        };
+        report.trace.extend(digests.iter().map(ToString::to_string));
+        report
+            .violations
+            .extend(violations.iter().map(ToString::to_string));
+        let admin = log.admin();
+        report.auth_changes = admin.len();
+        report.trace.extend(admin.iter().map(ToString::to_string));
+        report
+            .violations
+            .extend(checker::check_auth(&log).iter().map(ToString::to_string));
+        Ok(())
+    }
+}
+
+/// What an auth seed runs (see [`AuthClient`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthPlan {
+    /// Users, each reading and writing its own keys and the shared ones.
+    pub users: usize,
+    /// Times the administrator takes something away and gives it back.
+    pub episodes: usize,
+}
+
 /// One line for a seed's trace: what the lease client `name` did, by kind and answer.
 fn lease_digest(name: &str, operations: &[Operation]) -> String {
     let mine = || operations.iter().filter(|op| op.client == name);
@@ -582,6 +703,8 @@ pub struct SeedReport {
     pub leases: usize,
     /// Membership changes the membership client asked for (0 without one).
     pub membership_changes: usize,
+    /// Administrative auth requests sent (0 in a seed without auth).
+    pub auth_changes: usize,
     /// The faults as injected, one line each with its simulated time and target.
     pub faults: Vec<String>,
     /// How many faults were injected.
@@ -619,7 +742,7 @@ impl SeedReport {
     /// One line: seed, size, counts, times, verdict.
     pub fn summary(&self) -> String {
         format!(
-            "seed {}: {} members, {} clients, {} watchers, {} leases, {} membership changes, {} \
+            "seed {}: {} members, {} clients, {} watchers, {} leases, {} membership changes, {}{} \
              faults, {} ops ({} unknown), {} watch events, {} snapshots ({} failed), {:.1}s \
              simulated in {:.1}s, {}{}",
             self.seed,
@@ -628,6 +751,11 @@ impl SeedReport {
             self.watchers,
             self.leases,
             self.membership_changes,
+            if self.auth_changes > 0 {
+                format!("{} auth changes, ", self.auth_changes)
+            } else {
+                String::new()
+            },
             self.injected,
             self.operations,
             self.unknown,

@@ -10,17 +10,21 @@
 //! while, some revoked, their keys polled until they go), [`MembershipClient`] (an
 //! operator adding, promoting, removing and replacing members, moving the leadership
 //! and updating peer URLs), [`SnapshotClient`] (backups with Maintenance.Snapshot on
-//! seed-chosen members meanwhile), and how each request is sent
+//! seed-chosen members meanwhile), [`AuthClient`] (an administrator taking permissions,
+//! roles and users away and giving them back while its users read and write), and how
+//! each request is sent
 //! (`execute`). Every request goes into a
 //! [`History`], every watch response into a [`crate::history::WatchLog`]. It must never
 //! judge the results (the checkers do) and never inject faults.
 
+mod auth;
 mod lease;
 mod membership;
 mod mixed;
 mod snapshot;
 mod watch;
 
+pub use auth::{AuthClient, AuthPhase};
 pub use lease::LeaseClient;
 pub use membership::{MembershipClient, MembershipOp, MembershipStep};
 pub use mixed::{Mix, Mixed, WritesInFlight};

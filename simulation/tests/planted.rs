@@ -10,9 +10,13 @@ use quantykube_simulation::scenario::Scenario;
 /// Seeds tried per bug before the checkers are declared blind to it.
 const SEEDS: u64 = 20;
 
-/// The first seed (of `1..=SEEDS`) whose run reports a violation with `bug` planted
-/// (of a property `by` accepts), trying only the seeds whose scenario can show it
-/// (`shows`).
+/// Auth seeds tried for an auth bug: only a few seeds run the auth workload
+/// (`scenario::AUTH_PERCENT`), so they are sought further than `SEEDS`.
+const AUTH_SEEDS: usize = 8;
+
+/// The first seed (of `1..=SEEDS`, or of the first [`AUTH_SEEDS`] auth seeds for a bug
+/// only auth seeds show) whose run reports a violation with `bug` planted (of a
+/// property `by` accepts), trying only the seeds whose scenario can show it (`shows`).
 fn first_catching_seed(
     bug: PlantedBug,
     shows: fn(&Scenario) -> bool,
@@ -20,8 +24,17 @@ fn first_catching_seed(
 ) -> Option<(u64, String)> {
     planted::clear();
     planted::plant(bug);
-    let caught = (1..=SEEDS).find_map(|seed| {
-        let scenario = Scenario::from_seed(seed);
+    let scenarios: Vec<Scenario> = if bug == PlantedBug::StaleAuthRevision {
+        (1..=1_000)
+            .map(Scenario::from_seed)
+            .filter(|s| s.auth.is_some())
+            .take(AUTH_SEEDS)
+            .collect()
+    } else {
+        (1..=SEEDS).map(Scenario::from_seed).collect()
+    };
+    let caught = scenarios.into_iter().find_map(|scenario| {
+        let seed = scenario.seed;
         if !shows(&scenario) {
             return None;
         }
@@ -50,6 +63,8 @@ fn every_planted_bug_is_caught_within_a_bounded_number_of_seeds() {
     let anything: fn(&str) -> bool = |_| true;
     let snapshot: fn(&str) -> bool = |v| v.starts_with("snapshot-");
     let hashkv: fn(&str) -> bool = |v| v.starts_with("hashkv-agreement");
+    let with_auth: fn(&Scenario) -> bool = |s| s.auth.is_some();
+    let auth: fn(&str) -> bool = |v| v.starts_with("auth-revoked-used");
     for (bug, shows, by) in [
         (PlantedBug::LocalLinearizableReads, any, anything),
         (PlantedBug::AckBeforeCommit, any, anything),
@@ -59,10 +74,11 @@ fn every_planted_bug_is_caught_within_a_bounded_number_of_seeds() {
         (PlantedBug::RemovedMemberServes, with_membership, anything),
         (PlantedBug::SnapshotSkipsVersion, any, snapshot),
         (PlantedBug::MemberMisplacesPuts { member: n2 }, any, hashkv),
+        (PlantedBug::StaleAuthRevision, with_auth, auth),
     ] {
         match first_catching_seed(bug, shows, by) {
             Some((seed, summary)) => eprintln!("{bug:?}: caught by seed {seed}: {summary}"),
-            None => panic!("{bug:?} went unnoticed over {SEEDS} seeds"),
+            None => panic!("{bug:?} went unnoticed over the seeds tried"),
         }
     }
 }
