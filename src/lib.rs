@@ -5,6 +5,7 @@
 //! See `docs/architecture.md` for the map of modules.
 
 pub mod api;
+pub mod auth;
 pub mod backup;
 pub mod bench;
 pub mod compactor;

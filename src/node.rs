@@ -62,6 +62,9 @@ pub enum NodeError {
     Membership(#[from] MembershipError),
     #[error("{0}")]
     Corruption(#[from] crate::corruption::CorruptionError),
+    /// `--auth-token`'s keys cannot be used.
+    #[error("auth: {0}")]
+    Auth(String),
 }
 
 /// Limits a request is checked against, from etcd's flags.
@@ -82,6 +85,8 @@ pub struct Node {
     cluster_id: u64,
     client_urls: Vec<String>,
     store: Arc<RevisionStore>,
+    /// Who may do what: every service asks it before reading or proposing.
+    auth: crate::auth::Auth,
     raft: Raft<StateMachine>,
     client: RaftClient<StateMachine>,
     limits: Limits,
@@ -145,6 +150,10 @@ impl Node {
 
     pub fn store(&self) -> &Arc<RevisionStore> {
         &self.store
+    }
+
+    pub fn auth(&self) -> &crate::auth::Auth {
+        &self.auth
     }
 
     pub fn raft(&self) -> &Raft<StateMachine> {
@@ -260,9 +269,17 @@ impl Node {
 
     /// Replicates one write through raft and returns what applying it produced.
     pub async fn propose(&self, request: CommandRequest) -> Result<Option<Outcome>, Status> {
-        let command = Command {
+        self.propose_command(&Command {
+            auth_revision: 0,
+            auth_checked: false,
             request: Some(request),
-        };
+        })
+        .await
+    }
+
+    /// Replicates one command (a client's, stamped with the auth revision it was
+    /// authorised at: see `api::authorized`) and returns what applying it produced.
+    pub async fn propose_command(&self, command: &Command) -> Result<Option<Outcome>, Status> {
         let encoded = command.encode_to_vec();
         if encoded.len() > self.limits.max_request_bytes {
             return Err(status::request_too_large());
@@ -271,7 +288,7 @@ impl Node {
             crate::quota::check(self, request).await?;
         }
         #[cfg(feature = "planted-bugs")]
-        if let Some(acknowledged) = self.planted_early_ack(&command, &encoded) {
+        if let Some(acknowledged) = self.planted_early_ack(command, &encoded) {
             return Ok(Some(acknowledged));
         }
         self.replicate(encoded).await
@@ -295,6 +312,8 @@ impl Node {
             return;
         }
         let raise = Command {
+            auth_revision: 0,
+            auth_checked: false,
             request: Some(CommandRequest::Alarm(AlarmRequest {
                 action: AlarmAction::Activate.into(),
                 member_id,
@@ -756,12 +775,16 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         config.snapshot_count,
     )?);
     let snapshot_dir: PathBuf = config.data_dir.join("snapshots");
+    let simple_tokens = Arc::new(crate::auth::SimpleTokens::new(config.auth.token_ttl));
+    let auth = crate::auth::Auth::new(revision_store.clone(), simple_tokens.clone(), &config.auth)
+        .map_err(|error| NodeError::Auth(error.to_string()))?;
     let state_machine = StateMachine::new(
         id,
         revision_store.clone(),
         snapshot_dir.clone(),
         environment.offload,
         guard.clone(),
+        simple_tokens,
     );
     let syncer = if environment.threaded_wal_sync {
         WalSyncer::spawn(&db)?
@@ -824,6 +847,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
             .map(|u| u.to_string())
             .collect(),
         store: revision_store,
+        auth,
         raft: raft.clone(),
         client,
         limits: Limits {

@@ -20,6 +20,7 @@ use quantykube_raft::{
     StoredMembership, TypeConfig,
 };
 
+use crate::auth::SimpleTokens;
 use crate::offload::Offload;
 use crate::proto::command::Command;
 use crate::store::{ApplyBatch, RevisionStore, StoreError};
@@ -39,6 +40,8 @@ pub struct StateMachine {
     offload: Offload,
     /// Told of every member an applied membership change removes.
     guard: Arc<ClusterGuard>,
+    /// Told of every applied authentication, and of the changes that void tokens.
+    tokens: Arc<SimpleTokens>,
 }
 
 impl StateMachine {
@@ -48,6 +51,7 @@ impl StateMachine {
         snapshot_dir: PathBuf,
         offload: Offload,
         guard: Arc<ClusterGuard>,
+        tokens: Arc<SimpleTokens>,
     ) -> Self {
         StateMachine {
             member,
@@ -57,6 +61,7 @@ impl StateMachine {
             snapshot_exports: Arc::default(),
             offload,
             guard,
+            tokens,
         }
     }
 
@@ -114,6 +119,7 @@ impl StateMachine {
                 let command =
                     crate::planted::misplaced_put(self.member, &command).unwrap_or(command);
                 let result = batch.command(log_id, &command)?;
+                crate::auth::follow_applied(&self.tokens, &command, &result);
                 Ok(CommandOutcome(result.encode_to_vec().into()))
             }
             Err(error) => {

@@ -13,7 +13,8 @@ use sha1::{Digest, Sha1};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use super::status;
+use super::{authorized, status};
+use crate::auth::{Action, Caller};
 use crate::membership::{Change, MembershipError, Outcome};
 use crate::node::Node;
 use crate::proto::etcdserverpb::cluster_client::ClusterClient;
@@ -150,9 +151,16 @@ pub(super) fn relayed<T>(request: &Request<T>) -> bool {
     request.metadata().contains_key(RELAYED)
 }
 
-/// `message` as a request relayed to the leader: marked, so it is never relayed again.
-pub(super) fn mark<T>(message: T) -> Request<T> {
+/// `message` as a request relayed to the leader: marked, so it is never relayed again,
+/// and carrying the caller's token, so that the leader authorises the same caller.
+pub(super) fn mark<T>(message: T, caller: &Caller) -> Request<T> {
     let mut request = Request::new(message);
+    if let Some(token) = caller
+        .token()
+        .and_then(|t| tonic::metadata::MetadataValue::try_from(t).ok())
+    {
+        request.metadata_mut().insert("token", token);
+    }
     request
         .metadata_mut()
         .insert(RELAYED, tonic::metadata::MetadataValue::from_static("1"));
@@ -201,6 +209,8 @@ impl Cluster for ClusterService {
         request: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
         let relayed = relayed(&request);
+        let caller = Caller::of(&request);
+        authorized::check(&self.node, &caller, &[Action::Admin]).await?;
         let req = request.into_inner();
         let urls = peer_urls(&req.peer_ur_ls)?;
         let is_learner = req.is_learner;
@@ -214,7 +224,7 @@ impl Cluster for ClusterService {
         };
         let response = match self.on_leader(relayed, change).await? {
             Done::Relay(mut leader) => {
-                let mut response = leader.member_add(mark(req)).await?.into_inner();
+                let mut response = leader.member_add(mark(req, &caller)).await?.into_inner();
                 response.header = Some(self.header()?);
                 response
             }
@@ -238,10 +248,18 @@ impl Cluster for ClusterService {
         request: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
         let relayed = relayed(&request);
+        let caller = Caller::of(&request);
+        authorized::check(&self.node, &caller, &[Action::Admin]).await?;
         let req = request.into_inner();
         let change = Change::Remove { id: req.id };
         let members = match self.on_leader(relayed, change).await? {
-            Done::Relay(mut leader) => leader.member_remove(mark(req)).await?.into_inner().members,
+            Done::Relay(mut leader) => {
+                leader
+                    .member_remove(mark(req, &caller))
+                    .await?
+                    .into_inner()
+                    .members
+            }
             Done::Here(committed) => self.members_after(committed)?,
         };
         Ok(Response::new(MemberRemoveResponse {
@@ -255,6 +273,8 @@ impl Cluster for ClusterService {
         request: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
         let relayed = relayed(&request);
+        let caller = Caller::of(&request);
+        authorized::check(&self.node, &caller, &[Action::Admin]).await?;
         let req = request.into_inner();
         let urls = peer_urls(&req.peer_ur_ls)?;
         let change = Change::Update {
@@ -262,7 +282,13 @@ impl Cluster for ClusterService {
             peer_urls: urls,
         };
         let members = match self.on_leader(relayed, change).await? {
-            Done::Relay(mut leader) => leader.member_update(mark(req)).await?.into_inner().members,
+            Done::Relay(mut leader) => {
+                leader
+                    .member_update(mark(req, &caller))
+                    .await?
+                    .into_inner()
+                    .members
+            }
             Done::Here(committed) => self.members_after(committed)?,
         };
         Ok(Response::new(MemberUpdateResponse {
@@ -289,10 +315,18 @@ impl Cluster for ClusterService {
         request: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
         let relayed = relayed(&request);
+        let caller = Caller::of(&request);
+        authorized::check(&self.node, &caller, &[Action::Admin]).await?;
         let req = request.into_inner();
         let change = Change::Promote { id: req.id };
         let members = match self.on_leader(relayed, change).await? {
-            Done::Relay(mut leader) => leader.member_promote(mark(req)).await?.into_inner().members,
+            Done::Relay(mut leader) => {
+                leader
+                    .member_promote(mark(req, &caller))
+                    .await?
+                    .into_inner()
+                    .members
+            }
             Done::Here(committed) => self.members_after(committed)?,
         };
         Ok(Response::new(MemberPromoteResponse {

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::{status, validate};
+use super::{authorized, status, validate};
+use crate::auth::{Action, Caller};
 use crate::node::Node;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
@@ -42,6 +43,9 @@ headed!(
     CompactionResponse
 );
 
+/// What Compact needs once auth is on.
+const COMPACT_NEEDS: Action<'static> = Action::Authenticated;
+
 pub struct KvService {
     node: Arc<Node>,
 }
@@ -58,13 +62,15 @@ impl KvService {
         Response::new(response)
     }
 
-    /// Proposes a write and takes the outcome it must produce.
+    /// Proposes a write for `caller` and takes the outcome it must produce.
     async fn write<T>(
         &self,
+        caller: &Caller,
         request: CommandRequest,
+        also: &[Action<'_>],
         expected: impl FnOnce(Outcome) -> Option<T>,
     ) -> Result<T, Status> {
-        match self.node.propose(request).await? {
+        match authorized::propose(&self.node, caller, request, also).await? {
             Some(outcome) => {
                 let description = format!("{outcome:?}");
                 expected(outcome)
@@ -81,6 +87,7 @@ impl Kv for KvService {
         &self,
         request: Request<RangeRequest>,
     ) -> Result<Response<RangeResponse>, Status> {
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         validate::range(&req)?;
         if !req.serializable && self.node.is_learner() {
@@ -89,6 +96,11 @@ impl Kv for KvService {
         if !req.serializable {
             self.node.read_barrier().await?;
         }
+        let read = Action::Read {
+            key: &req.key,
+            range_end: &req.range_end,
+        };
+        let grant = authorized::check(&self.node, &caller, &[read]).await?;
         let response = if req.range_end.is_empty() {
             // One key is a few lookups in memory or cache (microseconds): answered here,
             // sparing the hand-off to the blocking pool and back, two context switches
@@ -98,17 +110,35 @@ impl Kv for KvService {
         } else {
             super::read_store(&self.node, move |store| store.range(&req)).await?
         };
+        authorized::confirm(&self.node, grant)?;
         Ok(self.respond(response))
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         validate::put(&req)?;
+        // etcd's checkLeasePuts: attaching to a lease whose keys the caller may not
+        // write would let it revoke them.
+        let lease_keys = match req.lease {
+            0 => Vec::new(),
+            _ if !self.node.store().auth().enabled() => Vec::new(),
+            lease => self
+                .node
+                .store()
+                .lease_keys(lease)
+                .map_err(status::from_store)?,
+        };
         let response = self
-            .write(CommandRequest::Put(req), |o| match o {
-                Outcome::Put(r) => Some(r),
-                _ => None,
-            })
+            .write(
+                &caller,
+                CommandRequest::Put(req),
+                &[Action::WriteKeys(&lease_keys)],
+                |o| match o {
+                    Outcome::Put(r) => Some(r),
+                    _ => None,
+                },
+            )
             .await?;
         Ok(self.respond(response))
     }
@@ -117,18 +147,25 @@ impl Kv for KvService {
         &self,
         request: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         validate::delete_range(&req)?;
         let response = self
-            .write(CommandRequest::DeleteRange(req), |o| match o {
-                Outcome::DeleteRange(r) => Some(r),
-                _ => None,
-            })
+            .write(
+                &caller,
+                CommandRequest::DeleteRange(req),
+                &[],
+                |o| match o {
+                    Outcome::DeleteRange(r) => Some(r),
+                    _ => None,
+                },
+            )
             .await?;
         Ok(self.respond(response))
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         validate::txn(&req, self.node.limits().max_txn_ops)?;
         // A transaction that writes nothing is a read: served locally, as etcd does.
@@ -136,9 +173,13 @@ impl Kv for KvService {
             if !txn_rules::is_serializable(&req) {
                 self.node.read_barrier().await?;
             }
-            super::read_store(&self.node, move |store| store.read_only_txn(&req)).await?
+            let grant = authorized::check(&self.node, &caller, &[Action::Txn(&req)]).await?;
+            let response =
+                super::read_store(&self.node, move |store| store.read_only_txn(&req)).await?;
+            authorized::confirm(&self.node, grant)?;
+            response
         } else {
-            self.write(CommandRequest::Txn(req), |o| match o {
+            self.write(&caller, CommandRequest::Txn(req), &[], |o| match o {
                 Outcome::Txn(r) => Some(r),
                 _ => None,
             })
@@ -151,13 +192,19 @@ impl Kv for KvService {
         &self,
         request: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         let physical = req.physical;
         let response = self
-            .write(CommandRequest::Compaction(req), |o| match o {
-                Outcome::Compaction(r) => Some(r),
-                _ => None,
-            })
+            .write(
+                &caller,
+                CommandRequest::Compaction(req),
+                &[COMPACT_NEEDS],
+                |o| match o {
+                    Outcome::Compaction(r) => Some(r),
+                    _ => None,
+                },
+            )
             .await?;
         // Compaction runs as the entry is applied; once this member has applied what
         // the leader committed, it is physically done here too.

@@ -12,7 +12,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::status;
+use super::{authorized, status};
+use crate::auth::{Action, Caller};
 use crate::node::Node;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
@@ -182,6 +183,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
+        let caller = Caller::of(&request);
         let request = request.into_inner();
         if request.ttl > MAX_TTL {
             return Err(status::lease_ttl_too_large());
@@ -197,7 +199,7 @@ impl Lease for LeaseService {
                 self.choose_id()
             };
             let grant = CommandRequest::LeaseGrant(LeaseGrantRequest { ttl, id });
-            match self.node.propose(grant).await {
+            match authorized::propose(&self.node, &caller, grant, &[]).await {
                 Ok(Some(Outcome::LeaseGrant(mut granted))) => {
                     granted.header = Some(self.node.header_from(granted.header));
                     return Ok(Response::new(granted));
@@ -219,8 +221,21 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
-        let revoke = CommandRequest::LeaseRevoke(request.into_inner());
-        match self.node.propose(revoke).await? {
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        // etcd's checkLeasePuts: revoking deletes the lease's keys, so the caller must
+        // be able to write every one of them.
+        let keys = if self.node.store().auth().enabled() {
+            self.node
+                .store()
+                .lease_keys(request.id)
+                .map_err(status::from_store)?
+        } else {
+            Vec::new()
+        };
+        let revoke = CommandRequest::LeaseRevoke(request);
+        let also = [Action::WriteKeys(&keys)];
+        match authorized::propose(&self.node, &caller, revoke, &also).await? {
             Some(Outcome::LeaseRevoke(mut revoked)) => {
                 revoked.header = Some(self.node.header_from(revoked.header));
                 Ok(Response::new(revoked))
@@ -246,11 +261,29 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        let caller = Caller::of(&request);
         let request = request.into_inner();
+        if request.keys && self.node.store().auth().enabled() {
+            // etcd 3.5's check: the key names are read permission's to show.
+            let keys = self
+                .node
+                .store()
+                .lease_keys(request.id)
+                .map_err(status::from_store)?;
+            authorized::check(&self.node, &caller, &[Action::ReadKeys(&keys)]).await?;
+        }
         let leading = self.node.lessor().ensure_leading(&self.node).await?;
         if !leading {
             let channel = self.node.leader_channel().await?;
-            return LeaseClient::new(channel).lease_time_to_live(request).await;
+            let mut relayed = tonic::Request::new(request);
+            // The leader decides again, for the same caller.
+            if let Some(token) = caller
+                .token()
+                .and_then(|t| tonic::metadata::MetadataValue::try_from(t).ok())
+            {
+                relayed.metadata_mut().insert("token", token);
+            }
+            return LeaseClient::new(channel).lease_time_to_live(relayed).await;
         }
         let store = self.node.store();
         let revision = self.current_revision()?;

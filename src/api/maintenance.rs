@@ -9,7 +9,8 @@ use std::sync::Arc;
 use openraft::async_runtime::WatchReceiver;
 use tonic::{Request, Response, Status};
 
-use super::status;
+use super::{authorized, status};
+use crate::auth::{Action, Caller};
 use crate::node::Node;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
@@ -39,14 +40,30 @@ impl MaintenanceService {
     fn header(&self) -> Result<ResponseHeader, Status> {
         super::current_header(&self.node)
     }
+
+    /// Root only once auth is on (etcd 3.6's MoveLeader and Downgrade).
+    async fn admin<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        let caller = Caller::of(request);
+        authorized::check(&self.node, &caller, &[Action::Admin]).await?;
+        Ok(caller)
+    }
+
+    /// etcd's `authMaintenanceServer` (Defragment, Hash, HashKV, Snapshot): root only
+    /// once auth is on, refused in the auth package's own words.
+    async fn maintainer<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let caller = Caller::of(request);
+        authorized::check_unconverted(&self.node, &caller, &[Action::Admin]).await?;
+        Ok(())
+    }
 }
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
     async fn snapshot(
         &self,
-        _: Request<SnapshotRequest>,
+        request: Request<SnapshotRequest>,
     ) -> Result<Response<super::snapshot::SnapshotStream>, Status> {
+        self.maintainer(&request).await?;
         super::snapshot::await_read_index(&self.node).await;
         Ok(Response::new(
             super::snapshot::stream(&self.node, self.header()?).await,
@@ -95,7 +112,8 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn hash(&self, _: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+    async fn hash(&self, request: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        self.maintainer(&request).await?;
         let (hash, revision) = super::read_store(&self.node, |store| store.hash_all()).await?;
         Ok(Response::new(HashResponse {
             header: Some(self.node.header_at(revision)),
@@ -107,6 +125,7 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<HashKvRequest>,
     ) -> Result<Response<HashKvResponse>, Status> {
+        self.maintainer(&request).await?;
         let revision = request.get_ref().revision;
         let hashed = match super::read_store(&self.node, move |store| store.hash_kv(revision)).await
         {
@@ -139,6 +158,7 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
+        let caller = self.admin(&request).await?;
         let relayed = super::cluster::relayed(&request);
         let target = request.get_ref().target_id;
         if self.node.is_leader() {
@@ -151,7 +171,7 @@ impl Maintenance for MaintenanceService {
             return Err(status::not_leader());
         } else {
             MaintenanceClient::new(self.node.leader_channel().await?)
-                .move_leader(super::cluster::mark(request.into_inner()))
+                .move_leader(super::cluster::mark(request.into_inner(), &caller))
                 .await?;
         }
         Ok(Response::new(MoveLeaderResponse {
@@ -163,6 +183,7 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<AlarmRequest>,
     ) -> Result<Response<AlarmResponse>, Status> {
+        let caller = Caller::of(&request);
         let request = request.into_inner();
         tracing::debug!(
             action = request.action,
@@ -170,7 +191,8 @@ impl Maintenance for MaintenanceService {
             alarm = request.alarm,
             "alarm request"
         );
-        match self.node.propose(CommandRequest::Alarm(request)).await? {
+        let alarm = CommandRequest::Alarm(request);
+        match authorized::propose(&self.node, &caller, alarm, &[Action::Admin]).await? {
             Some(Outcome::Alarm(mut response)) => {
                 // Filled once applied, as etcd does, so the revision is current.
                 response.header = Some(self.header()?);
@@ -182,8 +204,9 @@ impl Maintenance for MaintenanceService {
 
     async fn defragment(
         &self,
-        _: Request<DefragmentRequest>,
+        request: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
+        self.maintainer(&request).await?;
         tracing::info!("starting defragment");
         // On a blocking thread: reads and writes go on meanwhile. Not behind the
         // snapshot install gate, which would hold raft's apply for the whole run:
@@ -206,6 +229,7 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<DowngradeRequest>,
     ) -> Result<Response<DowngradeResponse>, Status> {
+        self.admin(&request).await?;
         let mut response = super::downgrade::downgrade(&self.node, request.get_ref()).await?;
         response.header = Some(self.header()?);
         Ok(Response::new(response))

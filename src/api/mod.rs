@@ -5,6 +5,8 @@
 //! [`Node`](crate::node::Node) handle. Nothing here may hold logic that the raft log or
 //! the store must also see.
 
+pub mod auth;
+pub mod authorized;
 pub mod cluster;
 pub mod compat_layer;
 pub mod downgrade;
@@ -15,7 +17,6 @@ pub mod lease;
 pub mod maintenance;
 pub mod snapshot;
 pub mod status;
-pub mod unimplemented;
 pub mod validate;
 pub mod watch;
 
@@ -108,9 +109,9 @@ pub fn client_routes<H: Health>(node: Arc<Node>, health: HealthServer<H>) -> Rou
             node.clone(),
         )))
         .add_service(MaintenanceServer::new(
-            maintenance::MaintenanceService::new(node),
+            maintenance::MaintenanceService::new(node.clone()),
         ))
-        .add_service(AuthServer::new(unimplemented::AuthService))
+        .add_service(AuthServer::new(auth::AuthService::new(node)))
         .add_service(health);
     routes.routes()
 }

@@ -7,6 +7,7 @@
 use quantykube_raft::{ReadError, WriteError};
 use tonic::{Code, Status};
 
+use crate::auth::AuthError;
 use crate::membership::MembershipError;
 use crate::proto::command::command_error::Kind;
 use crate::store::StoreError;
@@ -135,6 +136,7 @@ pub fn from_store(error: StoreError) -> Status {
         StoreError::LeaseExists => lease_exists(),
         StoreError::NoSpace => no_space(),
         StoreError::CorruptAlarm => corrupt(),
+        StoreError::Auth(refusal) => from_auth(refusal),
         other => internal("store", &other),
     }
 }
@@ -146,7 +148,57 @@ pub fn from_backup(error: crate::backup::BackupError) -> Status {
     }
 }
 
+/// etcd's status for each auth refusal (`rpctypes.ErrGRPC*`).
+pub fn from_auth(error: AuthError) -> Status {
+    use AuthError as E;
+    let text = error.to_string();
+    match error {
+        E::UserEmpty
+        | E::RoleEmpty
+        | E::AuthFailed
+        | E::PermissionNotGiven
+        | E::InvalidAuthMgmt
+        | E::AuthOldRevision => Status::invalid_argument(text),
+        E::PermissionDenied => Status::permission_denied(text),
+        E::InvalidAuthToken => Status::unauthenticated(text),
+        E::RootUserNotExist
+        | E::RootRoleNotExist
+        | E::UserAlreadyExist
+        | E::UserNotFound
+        | E::RoleAlreadyExist
+        | E::RoleNotFound
+        | E::RoleNotGranted
+        | E::PermissionNotGranted
+        | E::AuthNotEnabled => Status::failed_precondition(text),
+    }
+}
+
+/// etcd's Defragment, Hash, HashKV and Snapshot refuse with the auth package's own
+/// error, which no gRPC mapping converts: grpc-go sends it as Unknown, in the auth
+/// package's words (`auth: permission denied`, `auth: user name is empty`...).
+pub fn from_auth_unconverted(error: AuthError) -> Status {
+    let text = match error {
+        AuthError::UserNotFound => "user not found".to_string(),
+        AuthError::AuthOldRevision => "revision in header is old".to_string(),
+        other => other
+            .to_string()
+            .trim_start_matches("etcdserver: ")
+            .to_string(),
+    };
+    Status::unknown(format!("auth: {text}"))
+}
+
+/// True when `status` is etcd's "revision of auth store is old": the request must be
+/// authorised again.
+pub fn is_auth_old_revision(status: &Status) -> bool {
+    status.code() == Code::InvalidArgument
+        && status.message() == AuthError::AuthOldRevision.to_string()
+}
+
 pub fn from_command_error(kind: Kind) -> Status {
+    if let Some(refusal) = AuthError::from_kind(kind) {
+        return from_auth(refusal);
+    }
     match kind {
         Kind::Compacted => compacted(),
         Kind::FutureRevision => future_revision(),
@@ -155,7 +207,7 @@ pub fn from_command_error(kind: Kind) -> Status {
         Kind::LeaseExists => lease_exists(),
         Kind::NoSpace => no_space(),
         Kind::Corrupt => corrupt(),
-        Kind::Unspecified => internal("apply", &"unspecified command error"),
+        _ => internal("apply", &format!("unexpected command error {kind:?}")),
     }
 }
 

@@ -40,7 +40,8 @@ impl Watch for WatchService {
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<ResponseStream>, Status> {
         let (out, responses) = mpsc::channel(QUEUED_RESPONSES);
-        let stream = watch::WatchStream::new(self.node.clone(), out, self.fragment_bytes)?;
+        let caller = crate::auth::Caller::of(&request);
+        let stream = watch::WatchStream::new(self.node.clone(), out, self.fragment_bytes, caller)?;
         tokio::spawn(stream.run(request.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(responses))))
     }

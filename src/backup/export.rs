@@ -34,6 +34,8 @@ struct EtcdBuckets<'a> {
     meta: Vec<(Vec<u8>, Vec<u8>)>,
     alarms: Vec<(Vec<u8>, Vec<u8>)>,
     auth: Vec<(Vec<u8>, Vec<u8>)>,
+    users: Vec<(Vec<u8>, Vec<u8>)>,
+    roles: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 impl<'a> EtcdBuckets<'a> {
@@ -79,9 +81,7 @@ impl<'a> EtcdBuckets<'a> {
             ));
         }
         meta.sort();
-        // Authentication has never been enabled nor changed: etcd then keeps only its
-        // revision, 1 (a missing `authEnabled` reads as off).
-        let auth = vec![(schema::AUTH_REVISION.to_vec(), schema::u64_value(1))];
+        let [auth, users, roles] = schema::auth_buckets(&export.auth_records()?);
         let mut alarms = alarms;
         alarms.sort();
         Ok(EtcdBuckets {
@@ -91,6 +91,8 @@ impl<'a> EtcdBuckets<'a> {
             meta,
             alarms,
             auth,
+            users,
+            roles,
         })
     }
 }
@@ -157,6 +159,8 @@ impl Source for EtcdBuckets<'_> {
             schema::META => fixed(&self.meta),
             schema::ALARM => fixed(&self.alarms),
             schema::AUTH => fixed(&self.auth),
+            schema::AUTH_USERS => fixed(&self.users),
+            schema::AUTH_ROLES => fixed(&self.roles),
             _ => Box::new(std::iter::empty()),
         })
     }

@@ -2,8 +2,9 @@
 //! revision, the leases with their TTLs, and the compaction the `meta` bucket records,
 //! so that revisions (Kubernetes' `resourceVersion`s) survive the move.
 //!
-//! Written by QuantyKube or by etcd 3.4-3.6 alike: only etcd's schema counts. Members,
-//! alarms and the consistent index are not carried, as etcd's own restore drops them:
+//! Written by QuantyKube or by etcd 3.4-3.6 alike: only etcd's schema counts. Users,
+//! roles and the auth flag are carried; members, alarms and the consistent index are
+//! not, as etcd's own restore drops them:
 //! the restored data dir founds a new cluster. This module never decides where the
 //! store lives (`cli` does).
 
@@ -85,6 +86,25 @@ pub fn import(db: &Database, store: &RevisionStore) -> Result<ImportSummary, Bac
             })?;
         }
     }
+    // Users, roles and whether auth is on travel with the data, as etcd's restore
+    // keeps them.
+    let bucket = |name: &[u8]| -> Result<Vec<(Vec<u8>, Vec<u8>)>, BackupError> {
+        let Some(bucket) = db.bucket(name)? else {
+            return Ok(Vec::new());
+        };
+        let mut entries = Vec::new();
+        for entry in bucket.entries() {
+            entries.push(entry?);
+        }
+        Ok(entries)
+    };
+    let auth = schema::parse_auth(
+        &bucket(schema::AUTH)?,
+        &bucket(schema::AUTH_USERS)?,
+        &bucket(schema::AUTH_ROLES)?,
+    )
+    .map_err(not_etcd)?;
+    import.auth(&auth)?;
     let finished = compact_revision(db, schema::FINISHED_COMPACT)?;
     let scheduled = compact_revision(db, schema::SCHEDULED_COMPACT)?;
     // A compaction etcd had scheduled but not finished is finished when the member

@@ -43,6 +43,8 @@ pub const SCHEDULED_COMPACT: &[u8] = b"scheduledCompactRev";
 pub const FINISHED_COMPACT: &[u8] = b"finishedCompactRev";
 /// The `auth` key of the authentication revision.
 pub const AUTH_REVISION: &[u8] = b"authRevision";
+/// The `auth` key of the enabled flag: `[1]` on, `[0]` (or missing) off.
+pub const AUTH_ENABLED: &[u8] = b"authEnabled";
 /// A `members_removed` value.
 pub const REMOVED: &[u8] = b"removed";
 
@@ -209,4 +211,70 @@ mod tests {
         );
         assert_eq!(member_key(0x8e9e05c52164694d), b"8e9e05c52164694d");
     }
+}
+
+/// The `auth`, `authUsers` and `authRoles` buckets' entries, each in key order: users
+/// and roles keyed by name, valued as etcd's `authpb` records.
+pub type AuthBuckets = [Vec<(Vec<u8>, Vec<u8>)>; 3];
+
+pub fn auth_buckets(records: &crate::store::AuthRecords) -> AuthBuckets {
+    let mut auth = Vec::new();
+    // A store whose auth never changed: etcd then keeps only its revision.
+    if records.enabled || records.revision > 1 {
+        auth.push((AUTH_ENABLED.to_vec(), vec![u8::from(records.enabled)]));
+    }
+    auth.push((AUTH_REVISION.to_vec(), u64_value(records.revision.max(1))));
+    let mut users: Vec<_> = records
+        .users
+        .iter()
+        .map(|user| (user.name.to_vec(), user.encode_to_vec()))
+        .collect();
+    users.sort();
+    let mut roles: Vec<_> = records
+        .roles
+        .iter()
+        .map(|role| (role.name.to_vec(), role.encode_to_vec()))
+        .collect();
+    roles.sort();
+    [auth, users, roles]
+}
+
+/// The auth records the three buckets hold; `None` entries for a missing bucket.
+pub fn parse_auth(
+    auth: &[(Vec<u8>, Vec<u8>)],
+    users: &[(Vec<u8>, Vec<u8>)],
+    roles: &[(Vec<u8>, Vec<u8>)],
+) -> Result<crate::store::AuthRecords, String> {
+    use crate::proto::authpb::{Role, User};
+    let mut records = crate::store::AuthRecords::default();
+    for (key, value) in auth {
+        if key == AUTH_ENABLED {
+            records.enabled = value.as_slice() == [1];
+        } else if key == AUTH_REVISION {
+            let raw: [u8; 8] = value
+                .as_slice()
+                .try_into()
+                .map_err(|_| "the auth revision is not 8 bytes".to_string())?;
+            records.revision = u64::from_be_bytes(raw);
+        }
+    }
+    for (name, value) in users {
+        let user = User::decode(value.as_slice()).map_err(|e| {
+            format!(
+                "user {:?} does not decode: {e}",
+                String::from_utf8_lossy(name)
+            )
+        })?;
+        records.users.push(user);
+    }
+    for (name, value) in roles {
+        let role = Role::decode(value.as_slice()).map_err(|e| {
+            format!(
+                "role {:?} does not decode: {e}",
+                String::from_utf8_lossy(name)
+            )
+        })?;
+        records.roles.push(role);
+    }
+    Ok(records)
 }

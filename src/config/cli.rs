@@ -94,6 +94,16 @@ pub(super) struct Cli {
     /// Maximum number of learners in the cluster at once [default: 1]
     #[arg(long, value_name = "N")]
     max_learners: Option<String>,
+    /// Auth tokens: `simple`, or
+    /// `jwt,pub-key=FILE,priv-key=FILE,sign-method=RS256,ttl=5m` [default: simple]
+    #[arg(long, value_name = "OPTIONS")]
+    auth_token: Option<String>,
+    /// Seconds a simple token lives without use [default: 300]
+    #[arg(long, value_name = "SECONDS")]
+    auth_token_ttl: Option<String>,
+    /// bcrypt cost of stored password hashes, 4 to 31 [default: 10]
+    #[arg(long, value_name = "COST")]
+    bcrypt_cost: Option<String>,
     /// DNS domain whose SRV records (_etcd-server._tcp.<domain>) list the initial
     /// cluster, instead of --initial-cluster
     #[arg(long, value_name = "DOMAIN")]
@@ -190,6 +200,9 @@ impl Cli {
             ("etcd-version", self.etcd_version),
             ("strict-reconfig-check", self.strict_reconfig_check),
             ("max-learners", self.max_learners),
+            ("auth-token", self.auth_token),
+            ("auth-token-ttl", self.auth_token_ttl),
+            ("bcrypt-cost", self.bcrypt_cost),
             ("discovery-srv", self.discovery_srv),
             ("discovery-srv-name", self.discovery_srv_name),
             ("listen-client-http-urls", self.listen_client_http_urls),

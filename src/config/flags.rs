@@ -250,9 +250,9 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("discovery-user", Text, REFUSED),
     flag("discovery-password", Text, REFUSED),
     // Not implemented yet: authentication options.
-    flag("auth-token", Text, only("simple")),
-    flag("bcrypt-cost", Uint, only("10")),
-    flag("auth-token-ttl", Uint, only("300")),
+    flag("auth-token", Text, Implemented),
+    flag("bcrypt-cost", Uint, Implemented),
+    flag("auth-token-ttl", Uint, Implemented),
     // etcd accepts and ignores these itself.
     flag(
         "v2-deprecation",

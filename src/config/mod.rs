@@ -27,6 +27,7 @@
 //! `resolve`, which turns the implemented flags into a [`Config`] in etcd's order of
 //! checks and with etcd's defaults.
 
+mod auth;
 mod checks;
 mod cli;
 mod compaction;
@@ -132,6 +133,9 @@ pub struct Config {
     pub strict_reconfig_check: bool,
     /// `--max-learners`: how many learners the cluster may have at once.
     pub max_learners: usize,
+    /// `--auth-token`, `--auth-token-ttl`, `--bcrypt-cost` and whether client
+    /// certificates name users (`--client-cert-auth`).
+    pub auth: crate::auth::AuthConfig,
     /// `--experimental-initial-corrupt-check` (or the `InitialCorruptCheck` gate): a
     /// member with data compares its HashKV with its peers' before it starts.
     pub initial_corrupt_check: bool,
@@ -569,6 +573,7 @@ fn resolve(
         &listen_peer_urls,
     )?;
 
+    let auth = auth::resolve_auth(settings, tls.client.client_cert_auth)?;
     Ok(Config {
         name,
         data_dir,
@@ -602,6 +607,7 @@ fn resolve(
         tls,
         auto_compaction,
         force_new_cluster,
+        auth,
     })
 }
 

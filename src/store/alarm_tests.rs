@@ -187,6 +187,8 @@ fn alarms_survive_a_reopen_and_travel_in_snapshots() {
         let store = RevisionStore::new(db).unwrap();
         let mut batch = store.begin_apply().unwrap();
         let raise = crate::proto::command::Command {
+            auth_revision: 0,
+            auth_checked: false,
             request: Some(C::Alarm(AlarmRequest {
                 action: AlarmAction::Activate.into(),
                 member_id: 42,

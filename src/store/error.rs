@@ -27,6 +27,10 @@ pub enum StoreError {
     /// store's own broken data).
     #[error("corrupt cluster")]
     CorruptAlarm,
+    /// The auth store refuses the command (or it was authorised at an older auth
+    /// revision than the one applied).
+    #[error("{0}")]
+    Auth(#[from] crate::auth::AuthError),
     #[error("rocksdb: {0}")]
     Rocks(#[from] rocksdb::Error),
     #[error("store data is corrupt: {0}")]
@@ -52,6 +56,7 @@ impl StoreError {
                 | StoreError::LeaseExists
                 | StoreError::NoSpace
                 | StoreError::CorruptAlarm
+                | StoreError::Auth(_)
         )
     }
 }

@@ -105,6 +105,11 @@ impl<'a> Export<'a> {
     }
 
     /// Every member id the cluster removed, as of the view.
+    /// The auth store's records (users, roles, enabled flag, revision).
+    pub fn auth_records(&self) -> Result<super::AuthRecords, StoreError> {
+        self.store.read_auth_records(Some(&self.snapshot))
+    }
+
     pub fn removed_members(&self) -> Result<Vec<u64>, StoreError> {
         meta::read_removed_members_at(self.store, &self.snapshot)
     }

@@ -157,6 +157,13 @@ impl Import<'_> {
         Ok(self.summary)
     }
 
+    /// Writes the auth store's records (an empty store has none of its own).
+    pub fn auth(&mut self, records: &super::AuthRecords) -> Result<(), StoreError> {
+        self.store.stage_auth_records(&mut self.batch, records)?;
+        self.store.db.write(std::mem::take(&mut self.batch))?;
+        self.store.reload_auth()
+    }
+
     /// Attaches every live key with a lease to it, once all leases are written.
     fn attach_leased_keys(&mut self) -> Result<(), StoreError> {
         let store = self.store;

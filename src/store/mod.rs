@@ -11,6 +11,7 @@
 //! API layer does); it enforces only what depends on the data.
 
 mod alarm;
+mod auth;
 mod compaction;
 mod defrag;
 mod encoding;
@@ -29,6 +30,7 @@ pub mod txn;
 mod write;
 
 pub use alarm::{alarm_name, alarm_text, quota_cost};
+pub use auth::AuthRecords;
 pub use hash::KvHash;
 
 use std::sync::Arc;
@@ -103,6 +105,8 @@ pub struct RevisionStore {
     install_gate: Arc<tokio::sync::RwLock<()>>,
     /// The active alarms, as `meta` holds them (`alarm`).
     alarms: alarm::AlarmCache,
+    /// The applied auth store (`auth`).
+    auth: auth::AuthCache,
     /// Stops two defragmentations from running at once (`defrag`).
     defrag_lock: std::sync::Mutex<()>,
     /// Bytes compaction deleted since the last defragmentation (`defrag`).
@@ -126,10 +130,12 @@ impl RevisionStore {
             feed: feed::ChangeFeed::new(),
             install_gate: Arc::default(),
             alarms: alarm::AlarmCache::default(),
+            auth: auth::AuthCache::default(),
             defrag_lock: std::sync::Mutex::default(),
             reclaimable_bytes: std::sync::atomic::AtomicU64::default(),
         };
         store.reload_alarms()?;
+        store.reload_auth()?;
         Ok(store)
     }
 

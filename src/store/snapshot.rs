@@ -211,6 +211,7 @@ impl RevisionStore {
         // A file from a node that did not keep `latest` yet carries none of it.
         self.ensure_latest_index()?;
         self.reload_alarms()?;
+        self.reload_auth()?;
         // The store jumped: whoever follows the feed reads on from history.
         let current = self.current_revision()?;
         self.feed.publish(super::Changes {

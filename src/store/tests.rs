@@ -44,6 +44,8 @@ impl Harness {
             self.index,
         );
         let command = Command {
+            auth_revision: 0,
+            auth_checked: false,
             request: Some(request),
         };
         apply_alone(&self.store, &log_id, &command)
@@ -660,6 +662,8 @@ fn command_mix(seed: u64, count: usize) -> Vec<Command> {
                 }),
             };
             Command {
+                auth_revision: 0,
+                auth_checked: false,
                 request: Some(request),
             }
         })
@@ -723,6 +727,8 @@ fn a_batch_is_invisible_until_flushed_and_a_failed_command_keeps_the_rest() {
     let h = Harness::new();
     let mut batch = h.store.begin_apply().unwrap();
     let put = |key: &str| Command {
+        auth_revision: 0,
+        auth_checked: false,
         request: Some(C::Put(PutRequest {
             key: b(key),
             value: b("v"),
@@ -737,6 +743,8 @@ fn a_batch_is_invisible_until_flushed_and_a_failed_command_keeps_the_rest() {
 
     // Deletes "a" and then needs it: fails after staging, and only its changes go.
     let failing = Command {
+        auth_revision: 0,
+        auth_checked: false,
         request: Some(C::Txn(TxnRequest {
             success: vec![
                 op(Op::RequestDeleteRange(DeleteRangeRequest {
@@ -1210,7 +1218,11 @@ fn leases_travel_in_snapshots_and_grants_apply_in_batches() {
         }),
     ];
     for (i, c) in commands.into_iter().enumerate() {
-        let command = Command { request: Some(c) };
+        let command = Command {
+            auth_revision: 0,
+            auth_checked: false,
+            request: Some(c),
+        };
         let outcome = batch.command(&log_id(i as u64 + 1), &command).unwrap();
         assert!(!matches!(outcome.result, Some(R::Error(_))), "{outcome:?}");
     }

@@ -342,6 +342,7 @@ fn error_result(error: StoreError) -> Result<CommandResult, StoreError> {
         StoreError::LeaseExists => Kind::LeaseExists,
         StoreError::NoSpace => Kind::NoSpace,
         StoreError::CorruptAlarm => Kind::Corrupt,
+        StoreError::Auth(refusal) => refusal.kind(),
         fatal => return Err(fatal),
     };
     Ok(CommandResult {
@@ -381,10 +382,23 @@ impl<'s> ApplyBatch<'s> {
         let mut compact_to = None;
         let reader = Reader::live(store, self.written);
         let mut txn = WriteTxn::new(store, reader, &mut self.staged);
-        let refused = command
-            .request
-            .as_ref()
-            .and_then(|request| alarm::refusal(store, request));
+        // Authorised against an auth store that has changed since: the proposer must
+        // authorise it again (etcd's ErrAuthOldRevision), whatever it is.
+        let stale = command.auth_revision != 0 && {
+            let auth = store.auth();
+            command.auth_revision < auth.revision() || (!command.auth_checked && auth.enabled())
+        };
+        #[cfg(feature = "planted-bugs")]
+        let stale =
+            stale && !crate::planted::is_planted(crate::planted::PlantedBug::StaleAuthRevision);
+        let refused = if stale {
+            Some(StoreError::Auth(crate::auth::AuthError::AuthOldRevision))
+        } else {
+            command
+                .request
+                .as_ref()
+                .and_then(|request| alarm::refusal(store, request))
+        };
         let applied = if let Some(refusal) = refused {
             Err(refusal)
         } else {
@@ -438,6 +452,12 @@ impl<'s> ApplyBatch<'s> {
                 Some(CommandRequest::Alarm(request)) => store
                     .stage_alarm(&mut txn.staged.batch, request)
                     .map(CommandResultKind::Alarm),
+                Some(CommandRequest::Auth(auth)) => match &auth.request {
+                    Some(request) => store
+                        .stage_auth(&mut txn.staged.batch, request, log_id.index)
+                        .map(CommandResultKind::Auth),
+                    None => Err(StoreError::corrupt("empty auth command")),
+                },
                 None => Err(StoreError::corrupt("empty command")),
             }
         };
@@ -473,6 +493,11 @@ impl<'s> ApplyBatch<'s> {
             self.flush()?;
             store.reload_alarms()?;
         }
+        if matches!(command.request, Some(CommandRequest::Auth(_))) {
+            // Later commands are checked against the auth revision: write it first.
+            self.flush()?;
+            store.reload_auth()?;
+        }
         if let Some(revision) = compact_to {
             // Physical compaction reads and deletes what the store holds: write first.
             self.flush()?;
@@ -488,7 +513,9 @@ impl<'s> ApplyBatch<'s> {
     fn needs_fresh_start(&self, command: &Command) -> bool {
         match &command.request {
             Some(CommandRequest::Txn(t)) => txn_needs_fresh_start(t, &self.staged.overlay),
-            Some(CommandRequest::Compaction(_) | CommandRequest::Alarm(_)) => true,
+            Some(
+                CommandRequest::Compaction(_) | CommandRequest::Alarm(_) | CommandRequest::Auth(_),
+            ) => true,
             _ => changes_leases(command),
         }
     }

@@ -41,18 +41,32 @@ pub enum Connection {
 #[derive(Clone, Debug)]
 pub struct ConnectionInfo {
     pub remote_addr: Option<SocketAddr>,
+    /// The Common Name of the client certificate the handshake verified, if any: with
+    /// `--client-cert-auth`, the user a request without a token acts as.
+    pub client_common_name: Option<String>,
 }
 
 impl Connected for Connection {
     type ConnectInfo = ConnectionInfo;
 
     fn connect_info(&self) -> ConnectionInfo {
-        let tcp = match self {
-            Connection::Plain(tcp) => tcp,
-            Connection::Tls(tls) => tls.get_ref().0,
+        let (tcp, client_common_name) = match self {
+            Connection::Plain(tcp) => (tcp, None),
+            Connection::Tls(tls) => {
+                let (tcp, session) = tls.get_ref();
+                // rustls hands out peer certificates only once its verifier accepted
+                // the chain, so the first one is a verified leaf.
+                let common_name = session
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .and_then(|leaf| CertificateFacts::parse(leaf.as_ref()))
+                    .and_then(|facts| facts.common_name);
+                (tcp, common_name)
+            }
         };
         ConnectionInfo {
             remote_addr: tcp.peer_addr().ok(),
+            client_common_name,
         }
     }
 }

@@ -19,7 +19,8 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tonic::Status;
 
 use super::watcher::Watcher;
-use crate::api::status;
+use crate::api::{authorized, status};
+use crate::auth::{Action, Caller};
 use crate::metrics::storage as metrics;
 use crate::node::Node;
 use crate::proto::etcdserverpb::watch_request::RequestUnion;
@@ -137,6 +138,8 @@ pub struct WatchStream {
     progress_requested: bool,
     /// Counts this stream in etcd's watch stream gauge while it lives.
     _counted: metrics::WatchStreamGauge,
+    /// Who opened the stream: each watch is authorised for them when it is created.
+    caller: Caller,
 }
 
 impl Drop for WatchStream {
@@ -147,7 +150,12 @@ impl Drop for WatchStream {
 
 impl WatchStream {
     /// A stream of `node` that sends on `out` and follows the feed from now on.
-    pub fn new(node: Arc<Node>, out: Responses, fragment_bytes: usize) -> Result<Self, Status> {
+    pub fn new(
+        node: Arc<Node>,
+        out: Responses,
+        fragment_bytes: usize,
+        caller: Caller,
+    ) -> Result<Self, Status> {
         let feed = node.store().subscribe();
         // Only after subscribing: every change after this revision reaches `feed`.
         let position = node
@@ -166,6 +174,7 @@ impl WatchStream {
             next_id: 0,
             progress_requested: false,
             _counted: metrics::WatchStreamGauge::open(),
+            caller,
         })
     }
 
@@ -245,6 +254,26 @@ impl WatchStream {
         // created revision is one every later progress report is at or above.
         self.drain_feed().await?;
         let current = self.position;
+        // etcd's isWatchPermitted: read permission over the whole range, decided once,
+        // at creation. etcd asks about `\0` for an empty key.
+        let key: &[u8] = if create.key.is_empty() {
+            &[0]
+        } else {
+            &create.key
+        };
+        let read = Action::Read {
+            key,
+            range_end: &create.range_end,
+        };
+        if let Err(refusal) = authorized::check(&self.outbox.node, &self.caller, &[read]).await {
+            // Go's status text, as etcd puts it in the cancel reason.
+            let reason = format!(
+                "rpc error: code = {:?} desc = {}",
+                refusal.code(),
+                refusal.message()
+            );
+            return self.refuse(current, &reason).await;
+        }
         if create.start_revision < 0 {
             return self.refuse(current, status::COMPACTED).await;
         }

@@ -1,0 +1,102 @@
+//! How services act for a caller: authorise, then propose or read, and do both again
+//! when the auth store changed in between, as etcd's `raftRequest` and `doSerialize`
+//! loops do. Handlers call these instead of `Node::propose` for clients' requests.
+//!
+//! This module holds no permission rules (`auth::authorize` does) and no request
+//! semantics.
+
+use tonic::Status;
+
+use super::status;
+use crate::auth::{Action, AuthError, Caller, Grant};
+use crate::node::Node;
+use crate::proto::command::command::Request as CommandRequest;
+use crate::proto::command::command_result::Result as Outcome;
+use crate::proto::command::Command;
+
+/// How many times a request is authorised again because the auth store changed under
+/// it before the client is told to retry. Auth changes are rare; only a storm of them
+/// exhausts this.
+const ATTEMPTS: usize = 5;
+
+/// Authorises `actions` for `caller` against one auth state.
+async fn decide(
+    node: &Node,
+    caller: &Caller,
+    actions: &[Action<'_>],
+) -> Result<Result<Grant, AuthError>, Status> {
+    let auth = node.auth();
+    Ok(match auth.authorize_all(caller, actions.iter().copied()) {
+        Err(AuthError::InvalidAuthToken) if auth.uses_simple_tokens() && auth.enabled() => {
+            // A simple token made through another member a moment ago may not be
+            // applied here yet (etcd's index waiter): catch up once, then decide.
+            node.read_barrier().await?;
+            auth.authorize_all(caller, actions.iter().copied())
+        }
+        decided => decided,
+    })
+}
+
+/// Authorises `actions` for `caller` against one auth state, or refuses in etcd's
+/// words.
+pub async fn check(node: &Node, caller: &Caller, actions: &[Action<'_>]) -> Result<Grant, Status> {
+    decide(node, caller, actions)
+        .await?
+        .map_err(status::from_auth)
+}
+
+/// As [`check`], refusing as etcd's maintenance RPCs do (`status::from_auth_unconverted`).
+pub async fn check_unconverted(
+    node: &Node,
+    caller: &Caller,
+    actions: &[Action<'_>],
+) -> Result<Grant, Status> {
+    decide(node, caller, actions)
+        .await?
+        .map_err(status::from_auth_unconverted)
+}
+
+/// After a local read authorised by `grant`: etcd's `doSerialize` check that the auth
+/// store did not change while the read ran, so that a permission revoked meanwhile is
+/// not used. The client authorises again and retries.
+pub fn confirm(node: &Node, grant: Grant) -> Result<(), Status> {
+    if grant.checked && node.store().auth().revision() != grant.revision {
+        return Err(status::from_auth(AuthError::AuthOldRevision));
+    }
+    Ok(())
+}
+
+/// Proposes `request` for `caller`, authorised for what the request itself needs and
+/// for `also` (against one auth state), at the auth revision the log then checks. A
+/// command refused at apply time because the auth store changed since is authorised
+/// again once this member has applied the change.
+pub async fn propose(
+    node: &Node,
+    caller: &Caller,
+    request: CommandRequest,
+    also: &[Action<'_>],
+) -> Result<Option<Outcome>, Status> {
+    let mut command = Command {
+        auth_revision: 0,
+        auth_checked: false,
+        request: Some(request),
+    };
+    for _ in 0..ATTEMPTS {
+        let grant = {
+            let mut needs: Vec<Action<'_>> = also.to_vec();
+            needs.extend(command.request.as_ref().map(Action::of_command));
+            check(node, caller, &needs).await?
+        };
+        command.auth_revision = grant.revision;
+        command.auth_checked = grant.checked;
+        match node.propose_command(&command).await {
+            Err(refusal) if status::is_auth_old_revision(&refusal) => {
+                // The change was applied where the command was; wait until it is
+                // here too, or the next attempt would be decided on the old store.
+                node.read_barrier().await?;
+            }
+            outcome => return outcome,
+        }
+    }
+    Err(status::from_auth(AuthError::AuthOldRevision))
+}

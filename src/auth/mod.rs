@@ -1,0 +1,136 @@
+//! etcd's authentication and role-based access: users, roles and key permissions
+//! (applied through the log like any command, `state`), tokens (`simple_token`, `jwt`),
+//! passwords (`password`), and the one [`Auth::authorize`] entry point every service
+//! calls before it reads or proposes (`authorize`).
+//!
+//! The store keeps the records and the applied state; it never sees who asks. This
+//! module never logs a password, a hash or a token.
+
+pub mod authorize;
+pub mod error;
+pub mod jwt;
+pub mod password;
+pub mod permissions;
+pub mod simple_token;
+pub mod state;
+pub mod token_options;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use authorize::{Action, Caller, Grant};
+pub use error::AuthError;
+pub use simple_token::SimpleTokens;
+
+use crate::proto::command::auth_command::Request as AuthRequest;
+use crate::proto::command::command::Request as CommandRequest;
+use crate::proto::command::command_result::Result as Outcome;
+use crate::proto::command::{Command, CommandResult};
+use crate::store::RevisionStore;
+use token_options::TokenOptions;
+
+/// etcd's `--auth-token-ttl` default (seconds).
+pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(300);
+
+/// etcd's auth flags, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthConfig {
+    pub token: TokenOptions,
+    pub token_ttl: Duration,
+    pub bcrypt_cost: u32,
+    pub client_cert_auth: bool,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            token: TokenOptions::Simple,
+            token_ttl: DEFAULT_TOKEN_TTL,
+            bcrypt_cost: password::DEFAULT_COST,
+            client_cert_auth: false,
+        }
+    }
+}
+
+/// One member's auth: the applied store, its tokens, and how it hashes passwords.
+pub struct Auth {
+    store: Arc<RevisionStore>,
+    simple: Arc<SimpleTokens>,
+    jwt: Option<jwt::JwtTokens>,
+    bcrypt_cost: u32,
+    client_cert_auth: bool,
+}
+
+impl Auth {
+    /// `simple` is the token table the state machine fills as it applies
+    /// authentications.
+    pub fn new(
+        store: Arc<RevisionStore>,
+        simple: Arc<SimpleTokens>,
+        config: &AuthConfig,
+    ) -> Result<Auth, jwt::JwtError> {
+        let jwt = match &config.token {
+            TokenOptions::Simple => None,
+            TokenOptions::Jwt(options) => Some(jwt::JwtTokens::new(options)?),
+        };
+        Ok(Auth {
+            store,
+            simple,
+            jwt,
+            bcrypt_cost: config.bcrypt_cost,
+            client_cert_auth: config.client_cert_auth,
+        })
+    }
+
+    pub fn store(&self) -> &Arc<RevisionStore> {
+        &self.store
+    }
+
+    pub fn bcrypt_cost(&self) -> u32 {
+        self.bcrypt_cost
+    }
+
+    /// True while auth is on.
+    pub fn enabled(&self) -> bool {
+        self.store.auth().enabled()
+    }
+
+    /// True when authentications make simple tokens (no JWT configured).
+    pub fn uses_simple_tokens(&self) -> bool {
+        self.jwt.is_none()
+    }
+
+    /// The token an applied authentication of `user` at auth `revision` gives the
+    /// client: the simple token every member now knows, or a JWT signed here.
+    pub fn issue_token(
+        &self,
+        user: &str,
+        revision: u64,
+        simple_token: String,
+    ) -> Result<String, jwt::JwtError> {
+        match &self.jwt {
+            None => Ok(simple_token),
+            Some(jwt) => jwt.sign(user, revision, std::time::SystemTime::now()),
+        }
+    }
+}
+
+/// What the state machine tells the token table once a command is applied: the
+/// simple token an authentication made, and the tokens a change invalidates (etcd's
+/// `invalidateUser` and a disabled provider).
+pub fn follow_applied(tokens: &SimpleTokens, command: &Command, result: &CommandResult) {
+    let (Some(CommandRequest::Auth(auth)), Some(Outcome::Auth(applied))) =
+        (&command.request, &result.result)
+    else {
+        return;
+    };
+    match &auth.request {
+        Some(AuthRequest::Authenticate(who)) if !applied.simple_token.is_empty() => {
+            tokens.register(applied.simple_token.clone(), who.name.clone());
+        }
+        Some(AuthRequest::UserDelete(user)) => tokens.forget_user(&user.name),
+        Some(AuthRequest::UserChangePassword(user)) => tokens.forget_user(&user.name),
+        Some(AuthRequest::Disable(_)) => tokens.clear(),
+        _ => {}
+    }
+}

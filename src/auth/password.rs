@@ -1,0 +1,142 @@
+//! Passwords: bcrypt hashes at `--bcrypt-cost`, in the `$2a$` form Go's bcrypt (and so
+//! etcd) writes, and checks that take the same time whether or not the user exists.
+//!
+//! Both are slow on purpose (tens of milliseconds at the default cost): callers run
+//! them off the async workers. Nothing here logs or returns a password.
+
+use std::str::FromStr as _;
+
+use base64::Engine as _;
+use thiserror::Error;
+
+/// Go's `bcrypt.DefaultCost`, etcd's `--bcrypt-cost` default.
+pub const DEFAULT_COST: u32 = 10;
+/// Go's `bcrypt.MinCost` and `MaxCost`.
+pub const MIN_COST: u32 = 4;
+pub const MAX_COST: u32 = 31;
+/// bcrypt reads this many bytes of a password and no more.
+pub const MAX_PASSWORD_BYTES: usize = 72;
+
+/// What a password is compared against when there is nothing to compare it with (no
+/// such user), so that the answer takes as long as for a user who exists: a hash at
+/// the default cost of a random password, made once.
+fn decoy_hash() -> &'static str {
+    static DECOY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DECOY.get_or_init(|| {
+        let secret = format!("{:x}", rand::random::<u128>());
+        bcrypt::hash(secret, DEFAULT_COST).unwrap_or_default()
+    })
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PasswordError {
+    /// Go's `bcrypt.ErrPasswordTooLong`, which etcd built with a current Go answers:
+    /// bcrypt would silently ignore everything after the 72nd byte.
+    #[error("bcrypt: password length exceeds 72 bytes")]
+    TooLong,
+    #[error("bcrypt: {0}")]
+    Hash(String),
+}
+
+/// The bcrypt hash of `password`, base64-encoded as it travels in the log (etcd 3.5's
+/// `hashedPassword`).
+pub fn hash(password: &str, cost: u32) -> Result<String, PasswordError> {
+    if password.len() > MAX_PASSWORD_BYTES {
+        return Err(PasswordError::TooLong);
+    }
+    let parts =
+        bcrypt::hash_with_result(password, cost).map_err(|e| PasswordError::Hash(e.to_string()))?;
+    let hash = parts.format_for_version(bcrypt::Version::TwoA);
+    Ok(base64::engine::general_purpose::STANDARD.encode(hash))
+}
+
+/// True when `encoded` is base64 of a bcrypt hash (a `hashedPassword` a client sent).
+pub fn is_encoded_hash(encoded: &str) -> bool {
+    base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()
+        .and_then(|raw| String::from_utf8(raw).ok())
+        .is_some_and(|hash| bcrypt::HashParts::from_str(&hash).is_ok())
+}
+
+/// True when `password` matches the stored hash; `None` (no such user, or one without
+/// a password) compares against a decoy and answers false, in the same time.
+pub fn matches(password: &str, stored: Option<&[u8]>) -> bool {
+    // Over-long passwords never match (Go's bcrypt refuses them too), but still pay
+    // for a comparison.
+    let candidate = if password.len() > MAX_PASSWORD_BYTES {
+        None
+    } else {
+        Some(password)
+    };
+    let hash = stored
+        .and_then(|raw| std::str::from_utf8(raw).ok())
+        .filter(|_| candidate.is_some());
+    match (candidate, hash) {
+        (Some(password), Some(hash)) => bcrypt::verify(password, hash).unwrap_or(false),
+        _ => {
+            let _ = bcrypt::verify(candidate.unwrap_or_default(), decoy_hash());
+            false
+        }
+    }
+}
+
+/// `--bcrypt-cost` as etcd takes it: out of range is refused at startup.
+pub fn check_cost(cost: u32) -> Result<u32, String> {
+    if (MIN_COST..=MAX_COST).contains(&cost) {
+        Ok(cost)
+    } else {
+        Err(format!(
+            "--bcrypt-cost {cost}: must be between {MIN_COST} and {MAX_COST}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(encoded: &str) -> Vec<u8> {
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_hash_matches_its_password_only() {
+        let hash = stored(&hash("s3cret", MIN_COST).unwrap());
+        assert!(hash.starts_with(b"$2a$04$"), "Go's form");
+        assert!(matches("s3cret", Some(&hash)));
+        assert!(!matches("s3cret ", Some(&hash)));
+        assert!(!matches("", Some(&hash)));
+        assert!(!matches("s3cret", None));
+        assert!(!matches("s3cret", Some(b"not a hash")));
+    }
+
+    #[test]
+    fn hashes_etcd_wrote_are_understood() {
+        // Go's bcrypt.GenerateFromPassword("pw", 4).
+        let go = hash("pw", 4).unwrap();
+        let raw = stored(&go);
+        assert!(matches("pw", Some(&raw)));
+    }
+
+    #[test]
+    fn over_long_passwords_are_refused_not_truncated() {
+        let long = "x".repeat(MAX_PASSWORD_BYTES + 1);
+        assert_eq!(hash(&long, MIN_COST), Err(PasswordError::TooLong));
+        let hash72 = stored(&hash(&long[..72], MIN_COST).unwrap());
+        assert!(
+            !matches(&long, Some(&hash72)),
+            "the 73rd byte must not be ignored"
+        );
+        assert!(!matches(&"y".repeat(1 << 20), None));
+    }
+
+    #[test]
+    fn costs_outside_bcrypt_range_are_refused() {
+        assert!(check_cost(3).is_err());
+        assert!(check_cost(32).is_err());
+        assert_eq!(check_cost(10), Ok(10));
+    }
+}
