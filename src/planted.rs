@@ -78,6 +78,8 @@ pub fn misplaced_put(
     let mut put = put.clone();
     put.key = [&put.key[..], b"~"].concat().into();
     Some(crate::proto::command::Command {
+        auth_revision: 0,
+        auth_checked: false,
         request: Some(Request::Put(put)),
     })
 }
