@@ -63,6 +63,16 @@ enum Command {
         /// With a directory: keep only the newest N snapshot-*.db files (0 keeps all)
         #[arg(long, default_value_t = 0)]
         keep: usize,
+        /// username:password for authentication, split at the first ':' (needed once
+        /// auth is on: Snapshot is root's; the password is never prompted for)
+        #[arg(
+            long,
+            env = "ETCDCTL_USER",
+            hide_env_values = true,
+            value_name = "NAME:PASSWORD",
+            value_parser = crate::bench::auth::UserParser
+        )]
+        user: Option<crate::bench::auth::Credentials>,
     },
     /// Gets backend snapshot status of a given file
     Status {
@@ -145,6 +155,7 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
             insecure_skip_tls_verify,
             dial_timeout,
             keep,
+            user,
         } => {
             let request = super::save::Save {
                 endpoints: &endpoints,
@@ -157,6 +168,7 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
                 dial_timeout,
                 target: &file,
                 keep,
+                user: user.as_ref(),
             };
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -3,7 +3,8 @@
 //! syncs, and renames it into place, so that an interrupted save never leaves a file
 //! that looks complete. Given a directory (a path ending in `/`), it names the file
 //! by the UTC time and can keep only the newest N there: what a CronJob in an image
-//! without a shell needs.
+//! without a shell needs. With `--user` it authenticates first and sends the token
+//! (`bench::auth`), as Snapshot is root's once auth is on.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,9 +14,13 @@ use tonic::transport::Endpoint;
 
 use super::file;
 use super::BackupError;
+use crate::bench::auth::{AuthChannel, Credentials, Session};
 use crate::bench::tls::{ClientTls, TlsFiles};
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::SnapshotRequest;
+
+/// How long authenticating may take (etcdctl's default `--command-timeout`).
+const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What to save, from where.
 pub struct Save<'a> {
@@ -26,6 +31,8 @@ pub struct Save<'a> {
     pub target: &'a Path,
     /// In directory mode: how many `snapshot-*.db` files to keep (0 keeps all).
     pub keep: usize,
+    /// `--user`: authenticate as this user first.
+    pub user: Option<&'a Credentials>,
 }
 
 /// Saves the snapshot; returns the file written.
@@ -54,6 +61,13 @@ pub async fn save(request: &Save<'_>) -> Result<PathBuf, BackupError> {
         .connect()
         .await
         .map_err(|e| BackupError::Write(format!("{url}: {}", crate::transport::error_chain(&e))))?;
+    let session = match request.user {
+        Some(user) => Session::open(channel.clone(), &url, user, AUTH_TIMEOUT)
+            .await
+            .map_err(|e| BackupError::Write(e.to_string()))?,
+        None => None,
+    };
+    let channel = AuthChannel::new(channel, session);
     let target = target_file(request.target)?;
     let part = PathBuf::from(format!("{}.part", target.display()));
     let mut out = std::fs::File::create(&part).map_err(BackupError::file(&part))?;

@@ -5,8 +5,11 @@
 //! round-robin over the endpoints, or all to the leader with `--target-leader`. Client
 //! `i` uses connection `i % conns`. This module owns endpoint syntax (and so which
 //! endpoints use TLS), the connection settings (dial and request timeouts, message size
-//! limits, the TLS configuration of `https://` endpoints) and the leader lookup. It
-//! must never retry or count a workload's requests.
+//! limits, the TLS configuration of `https://` endpoints) and the leader lookup. With
+//! `--user`, each connection authenticates once here, before the run, and carries its
+//! token through [`AuthChannel`] (see [`super::auth`]: the one place a request is sent
+//! again, after an expired token). It must never retry or count a workload's requests
+//! otherwise.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +17,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
+use super::auth::{AuthChannel, Session};
 use super::cli::GlobalArgs;
 use super::error::{code_name, BenchError};
 use super::tls::ClientTls;
@@ -31,7 +35,7 @@ const LEADER_LOOKUP_RETRY: Duration = Duration::from_millis(200);
 
 /// The open connections.
 pub struct Connections {
-    channels: Vec<Channel>,
+    channels: Vec<AuthChannel>,
     /// The endpoints as given, normalised to URLs.
     endpoints: Vec<String>,
     /// The leader's URL, with `--target-leader`.
@@ -73,9 +77,32 @@ impl Connections {
             Some(leader) => std::slice::from_ref(leader),
             None => endpoints.as_slice(),
         };
-        let channels = (0..args.conns)
-            .map(|i| settings.channel(&targets[i % targets.len()]))
+        let urls: Vec<&String> = (0..args.conns)
+            .map(|i| &targets[i % targets.len()])
+            .collect();
+        let plain = urls
+            .iter()
+            .map(|url| settings.channel(url))
             .collect::<Result<Vec<_>, _>>()?;
+        let channels = match &args.user {
+            None => plain
+                .into_iter()
+                .map(|channel| AuthChannel::new(channel, None))
+                .collect(),
+            // Every connection gets its own token, as each etcd client does.
+            Some(credentials) => {
+                let sessions =
+                    futures::future::try_join_all(plain.iter().zip(&urls).map(|(channel, url)| {
+                        Session::open(channel.clone(), url, credentials, settings.request_timeout)
+                    }))
+                    .await?;
+                plain
+                    .into_iter()
+                    .zip(sessions)
+                    .map(|(channel, session)| AuthChannel::new(channel, session))
+                    .collect()
+            }
+        };
         Ok(Connections {
             channels,
             endpoints,
@@ -94,19 +121,19 @@ impl Connections {
     }
 
     /// The connection of client (or stream) number `i`.
-    pub fn channel(&self, i: usize) -> Channel {
+    pub fn channel(&self, i: usize) -> AuthChannel {
         self.channels[i % self.channels.len()].clone()
     }
 
-    pub fn kv(&self, i: usize) -> KvClient<Channel> {
+    pub fn kv(&self, i: usize) -> KvClient<AuthChannel> {
         KvClient::new(self.channel(i)).max_decoding_message_size(MAX_RESPONSE_BYTES)
     }
 
-    pub fn watch(&self, i: usize) -> WatchClient<Channel> {
+    pub fn watch(&self, i: usize) -> WatchClient<AuthChannel> {
         WatchClient::new(self.channel(i)).max_decoding_message_size(MAX_RESPONSE_BYTES)
     }
 
-    pub fn lease(&self, i: usize) -> LeaseClient<Channel> {
+    pub fn lease(&self, i: usize) -> LeaseClient<AuthChannel> {
         LeaseClient::new(self.channel(i)).max_decoding_message_size(MAX_RESPONSE_BYTES)
     }
 }

@@ -61,6 +61,10 @@ pub enum BenchError {
     /// No endpoint answered `Maintenance.Status` as the leader.
     #[error("--target-leader: no leader found among the endpoints: {0}")]
     NoLeader(String),
+    /// `--user`: a connection could not authenticate (the server's answer, never the
+    /// password).
+    #[error(transparent)]
+    Auth(#[from] super::auth::AuthFailed),
     /// The latency histogram could not be created (only with impossible bounds).
     #[error("cannot create a latency histogram: {0}")]
     Histogram(String),

@@ -10,6 +10,7 @@
 //! The parts, each owning one thing:
 //! - [`cli`]: the flags and their checks;
 //! - [`conn`]: connections and leader discovery;
+//! - [`auth`]: `--user`, the token of each connection;
 //! - [`tls`]: the TLS flags' files and configuration;
 //! - [`driver`]: closed and open loop scheduling, stop conditions, progress bar;
 //! - [`recorder`]: latency histograms and error counts;
@@ -24,6 +25,7 @@
 //! the server only through the generated etcd API clients, and must never panic on
 //! anything a server or a user sends: every failure is counted or reported.
 
+pub mod auth;
 mod cli;
 pub mod conn;
 mod driver;

@@ -12,9 +12,9 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codec::Streaming;
-use tonic::transport::Channel;
 
 use super::WorkloadRun;
+use crate::bench::auth::AuthChannel;
 use crate::bench::cli::LeaseKeepaliveArgs;
 use crate::bench::driver::{drive, Op};
 use crate::bench::error::{BenchError, OpError};
@@ -35,7 +35,7 @@ struct KeepAliveStream {
 }
 
 struct KeepAliver {
-    lease: LeaseClient<Channel>,
+    lease: LeaseClient<AuthChannel>,
     ids: Vec<i64>,
     next: usize,
     stream: Option<KeepAliveStream>,

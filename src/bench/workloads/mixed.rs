@@ -3,9 +3,9 @@
 //! of the key space. Reads and writes are also reported apart.
 
 use bytes::Bytes;
-use tonic::transport::Channel;
 
 use super::WorkloadRun;
+use crate::bench::auth::AuthChannel;
 use crate::bench::cli::MixedArgs;
 use crate::bench::driver::{drive, Op};
 use crate::bench::error::{BenchError, OpError};
@@ -20,7 +20,7 @@ const READ: &str = "read";
 const WRITE: &str = "write";
 
 struct Mixer {
-    kv: KvClient<Channel>,
+    kv: KvClient<AuthChannel>,
     keys: KeyPicker,
     value: Bytes,
     read_ratio: f64,

@@ -2,9 +2,9 @@
 //! `--sequential-keys`) with the shared value.
 
 use bytes::Bytes;
-use tonic::transport::Channel;
 
 use super::WorkloadRun;
+use crate::bench::auth::AuthChannel;
 use crate::bench::driver::{drive, Op};
 use crate::bench::error::{BenchError, OpError};
 use crate::bench::keys::KeyPicker;
@@ -14,7 +14,7 @@ use crate::proto::etcdserverpb::kv_client::KvClient;
 use crate::proto::etcdserverpb::PutRequest;
 
 struct Putter {
-    kv: KvClient<Channel>,
+    kv: KvClient<AuthChannel>,
     keys: KeyPicker,
     value: Bytes,
 }

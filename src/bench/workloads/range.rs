@@ -3,9 +3,9 @@
 //! line, with `--limit` and `--consistency`. Reports how many keys came back.
 
 use bytes::Bytes;
-use tonic::transport::Channel;
 
 use super::WorkloadRun;
+use crate::bench::auth::AuthChannel;
 use crate::bench::cli::RangeArgs;
 use crate::bench::driver::{drive, Op};
 use crate::bench::error::{BenchError, OpError};
@@ -23,7 +23,7 @@ enum Target {
 }
 
 struct Reader {
-    kv: KvClient<Channel>,
+    kv: KvClient<AuthChannel>,
     target: Target,
     limit: i64,
     serializable: bool,

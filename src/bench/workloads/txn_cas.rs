@@ -5,9 +5,9 @@
 //! not retried.
 
 use bytes::Bytes;
-use tonic::transport::Channel;
 
 use super::WorkloadRun;
+use crate::bench::auth::AuthChannel;
 use crate::bench::cli::TxnCasArgs;
 use crate::bench::driver::{drive, Op};
 use crate::bench::error::{BenchError, OpError};
@@ -24,7 +24,7 @@ use crate::proto::etcdserverpb::{Compare, PutRequest, RangeRequest, RequestOp, T
 const CONFLICT: &str = "conflict";
 
 struct Updater {
-    kv: KvClient<Channel>,
+    kv: KvClient<AuthChannel>,
     keys: KeyPicker,
     value: Bytes,
     serializable: bool,

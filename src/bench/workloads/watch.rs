@@ -22,9 +22,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codec::Streaming;
-use tonic::transport::Channel;
 
 use super::WorkloadRun;
+use crate::bench::auth::AuthChannel;
 use crate::bench::cli::WatchArgs;
 use crate::bench::driver::{drive, Op, Plan};
 use crate::bench::error::{BenchError, OpError};
@@ -72,7 +72,7 @@ struct Delivery {
 
 /// A writer: one Put per operation, remembering when it was acknowledged.
 struct Writer {
-    kv: KvClient<Channel>,
+    kv: KvClient<AuthChannel>,
     keys: KeyPicker,
     value: Bytes,
     acks: Arc<Acks>,
