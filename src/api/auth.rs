@@ -146,6 +146,9 @@ impl Auth for AuthService {
         request: Request<AuthenticateRequest>,
     ) -> Result<Response<AuthenticateResponse>, Status> {
         let request = request.into_inner();
+        // As etcd: decided on an auth store that has every change committed before
+        // the call (a user just added through another member can log in here).
+        self.node.read_barrier().await?;
         for _ in 0..ATTEMPTS {
             let state = self.node.store().auth();
             if !state.enabled() {

@@ -27,13 +27,16 @@ async fn decide(
 ) -> Result<Result<Grant, AuthError>, Status> {
     let auth = node.auth();
     Ok(match auth.authorize_all(caller, actions.iter().copied()) {
-        Err(AuthError::InvalidAuthToken) if auth.uses_simple_tokens() && auth.enabled() => {
-            // A simple token made through another member a moment ago may not be
-            // applied here yet (etcd's index waiter): catch up once, then decide.
+        Err(_) => {
+            // Refusals are decided on an auth store that has every change committed
+            // before the call: a grant, a user, or a simple token (etcd's index
+            // waiter) made through another member a moment ago may not be applied
+            // here yet. Catch up once, then decide. Grants need no such wait: the log
+            // checks their auth revision.
             node.read_barrier().await?;
             auth.authorize_all(caller, actions.iter().copied())
         }
-        decided => decided,
+        granted => granted,
     })
 }
 

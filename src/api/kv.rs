@@ -122,12 +122,8 @@ impl Kv for KvService {
         // write would let it revoke them.
         let lease_keys = match req.lease {
             0 => Vec::new(),
-            _ if !self.node.store().auth().enabled() => Vec::new(),
-            lease => self
-                .node
-                .store()
-                .lease_keys(lease)
-                .map_err(status::from_store)?,
+            _ if !self.node.auth().enabled() => Vec::new(),
+            lease => super::lease::attached_keys(&self.node, lease).await?,
         };
         let response = self
             .write(

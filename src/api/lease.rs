@@ -117,6 +117,14 @@ async fn keep_alive_on_leader(node: &Node, id: i64) -> Result<Option<i64>, Statu
     Ok(Some(lease.ttl))
 }
 
+/// The keys attached to a lease as of every write committed before the call, for the
+/// permission checks that cover them (etcd makes them as it applies; a member that
+/// lags would miss keys attached through another member).
+pub(crate) async fn attached_keys(node: &Node, lease: i64) -> Result<Vec<bytes::Bytes>, Status> {
+    node.read_barrier().await?;
+    node.store().lease_keys(lease).map_err(status::from_store)
+}
+
 /// Serves one keepalive stream: each request answered by this member if it leads,
 /// else by the leader through one relayed stream, reopened after a leader change.
 async fn serve_keep_alives(
@@ -225,11 +233,8 @@ impl Lease for LeaseService {
         let request = request.into_inner();
         // etcd's checkLeasePuts: revoking deletes the lease's keys, so the caller must
         // be able to write every one of them.
-        let keys = if self.node.store().auth().enabled() {
-            self.node
-                .store()
-                .lease_keys(request.id)
-                .map_err(status::from_store)?
+        let keys = if self.node.auth().enabled() {
+            attached_keys(&self.node, request.id).await?
         } else {
             Vec::new()
         };
@@ -263,13 +268,9 @@ impl Lease for LeaseService {
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
         let caller = Caller::of(&request);
         let request = request.into_inner();
-        if request.keys && self.node.store().auth().enabled() {
+        if request.keys && self.node.auth().enabled() {
             // etcd 3.5's check: the key names are read permission's to show.
-            let keys = self
-                .node
-                .store()
-                .lease_keys(request.id)
-                .map_err(status::from_store)?;
+            let keys = attached_keys(&self.node, request.id).await?;
             authorized::check(&self.node, &caller, &[Action::ReadKeys(&keys)]).await?;
         }
         let leading = self.node.lessor().ensure_leading(&self.node).await?;

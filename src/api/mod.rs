@@ -104,14 +104,18 @@ pub fn client_routes<H: Health>(node: Arc<Node>, health: HealthServer<H>) -> Rou
             node.clone(),
             max,
         )))
-        .add_service(LeaseServer::new(lease::LeaseService::new(node.clone())))
-        .add_service(ClusterServer::new(cluster::ClusterService::new(
-            node.clone(),
-        )))
-        .add_service(MaintenanceServer::new(
-            maintenance::MaintenanceService::new(node.clone()),
-        ))
-        .add_service(AuthServer::new(auth::AuthService::new(node)))
+        .add_service(
+            LeaseServer::new(lease::LeaseService::new(node.clone())).max_decoding_message_size(max),
+        )
+        .add_service(
+            ClusterServer::new(cluster::ClusterService::new(node.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(
+            MaintenanceServer::new(maintenance::MaintenanceService::new(node.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(AuthServer::new(auth::AuthService::new(node)).max_decoding_message_size(max))
         .add_service(health);
     routes.routes()
 }

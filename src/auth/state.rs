@@ -278,7 +278,7 @@ impl AuthState {
                 }
                 changes.push(Change::DeleteRole(delete.role.clone()));
                 for user in self.users.values() {
-                    if user.roles.iter().any(|r| *r == delete.role) {
+                    if user.roles.contains(&delete.role) {
                         let mut updated = user.clone();
                         updated.roles.retain(|r| *r != delete.role);
                         changes.push(Change::PutUser(updated));

@@ -88,7 +88,7 @@ pub fn import(db: &Database, store: &RevisionStore) -> Result<ImportSummary, Bac
     }
     // Users, roles and whether auth is on travel with the data, as etcd's restore
     // keeps them.
-    let bucket = |name: &[u8]| -> Result<Vec<(Vec<u8>, Vec<u8>)>, BackupError> {
+    let bucket = |name: &[u8]| -> Result<schema::Entries, BackupError> {
         let Some(bucket) = db.bucket(name)? else {
             return Ok(Vec::new());
         };

@@ -169,53 +169,12 @@ pub fn parse_alarm(raw: &[u8]) -> Result<AlarmMember, prost::DecodeError> {
     AlarmMember::decode(raw)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn revision_keys_sort_by_revision_and_round_trip() {
-        let a = revision_key(2, 0, false);
-        let b = revision_key(2, 1, true);
-        let c = revision_key(10, 0, false);
-        assert!(a < b && b < c);
-        assert_eq!(
-            parse_revision_key(&b),
-            Some(Revision {
-                main: 2,
-                sub: 1,
-                tombstone: true
-            })
-        );
-        assert_eq!(parse_revision_key(&a[..16]), None);
-        let mut bad = a.clone();
-        bad[8] = b'-';
-        assert_eq!(parse_revision_key(&bad), None);
-        let mut marked = a;
-        marked.push(b'x');
-        assert_eq!(parse_revision_key(&marked), None);
-    }
-
-    #[test]
-    fn member_records_are_etcds_json() {
-        let record = MemberRecord {
-            id: 0x8e9e05c52164694d,
-            peer_urls: vec!["http://localhost:2380".into()],
-            is_learner: false,
-            name: "default".into(),
-            client_urls: vec!["http://localhost:2379".into()],
-        };
-        assert_eq!(
-            serde_json::to_string(&record).unwrap(),
-            r#"{"id":10276657743932975437,"peerURLs":["http://localhost:2380"],"name":"default","clientURLs":["http://localhost:2379"]}"#
-        );
-        assert_eq!(member_key(0x8e9e05c52164694d), b"8e9e05c52164694d");
-    }
-}
-
 /// The `auth`, `authUsers` and `authRoles` buckets' entries, each in key order: users
 /// and roles keyed by name, valued as etcd's `authpb` records.
-pub type AuthBuckets = [Vec<(Vec<u8>, Vec<u8>)>; 3];
+pub type AuthBuckets = [Entries; 3];
+
+/// One bucket's (key, value) entries.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
 pub fn auth_buckets(records: &crate::store::AuthRecords) -> AuthBuckets {
     let mut auth = Vec::new();
@@ -277,4 +236,48 @@ pub fn parse_auth(
         records.roles.push(role);
     }
     Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revision_keys_sort_by_revision_and_round_trip() {
+        let a = revision_key(2, 0, false);
+        let b = revision_key(2, 1, true);
+        let c = revision_key(10, 0, false);
+        assert!(a < b && b < c);
+        assert_eq!(
+            parse_revision_key(&b),
+            Some(Revision {
+                main: 2,
+                sub: 1,
+                tombstone: true
+            })
+        );
+        assert_eq!(parse_revision_key(&a[..16]), None);
+        let mut bad = a.clone();
+        bad[8] = b'-';
+        assert_eq!(parse_revision_key(&bad), None);
+        let mut marked = a;
+        marked.push(b'x');
+        assert_eq!(parse_revision_key(&marked), None);
+    }
+
+    #[test]
+    fn member_records_are_etcds_json() {
+        let record = MemberRecord {
+            id: 0x8e9e05c52164694d,
+            peer_urls: vec!["http://localhost:2380".into()],
+            is_learner: false,
+            name: "default".into(),
+            client_urls: vec!["http://localhost:2379".into()],
+        };
+        assert_eq!(
+            serde_json::to_string(&record).unwrap(),
+            r#"{"id":10276657743932975437,"peerURLs":["http://localhost:2380"],"name":"default","clientURLs":["http://localhost:2379"]}"#
+        );
+        assert_eq!(member_key(0x8e9e05c52164694d), b"8e9e05c52164694d");
+    }
 }

@@ -84,22 +84,20 @@ async fn an_etcd_flag_not_implemented_yet_is_refused_by_name() {
     assert!(stderr.contains("no-such-flag"), "{stderr}");
 }
 
+/// Every RPC of the six etcd services is served now; the services not built yet (the
+/// Lock and Election services, issue 18) answer Unimplemented at once.
 #[tokio::test]
-async fn rpcs_not_built_yet_answer_unimplemented_naming_themselves() {
+async fn services_not_built_yet_answer_unimplemented() {
     if quantykube().is_none() {
         return;
     }
     let cluster = Cluster::start(1).await;
     let mut client = cluster.client(0).await;
-    let status = match client.user_list().await {
+    let status = match client.lock("a-lock", None).await {
         Err(etcd_client::Error::GRpcStatus(status)) => status,
         other => panic!("expected a gRPC status, got {other:?}"),
     };
-    assert_eq!(status.code(), Code::Unimplemented);
-    assert_eq!(
-        status.message(),
-        "etcdserverpb.Auth/UserList is not implemented by QuantyKube yet"
-    );
+    assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
 }
 
 #[tokio::test]
