@@ -10,6 +10,8 @@
 #        TOTAL=400000 deploy/bench/one-run.sh          # load that many distinct keys instead
 #        SERVER=$(command -v etcd) deploy/bench/one-run.sh   # the same against etcd
 #        TLS=1 deploy/bench/one-run.sh                # client and peer mTLS (members.sh)
+#        AUTH=1 deploy/bench/one-run.sh               # auth on; the load runs as a non-root
+#                                                     # user holding readwrite on every key
 # Env: QK (bench client and, unless SERVER is set, the server; default the release
 #      build), SERVER, WORKLOAD (put | txn-cas | range-l), DURATION (20s),
 #      BENCHFLAGS (extra bench flags), PREWRITE (e.g. 40s of put x10 first), TOTAL, PERF (writes $PERF_DATA, default /var/tmp/qk-perf.data; PERF_FREQ, and
@@ -31,8 +33,23 @@ trap cleanup EXIT INT TERM
 start_members "${SERVER:-$QK}" "$WORK" one-run --quota-backend-bytes 8589934592 ${QKFLAGS:-} ||
   { echo "the cluster did not start; logs in $WORK" >&2; exit 1; }
 
+AUTH_FLAGS=()
+if [ -n "${AUTH:-}" ]; then
+  # A non-root user, so that every request pays for a permission check (root skips it).
+  ctl() { ETCDCTL_API=3 etcdctl --endpoints "${ENDPOINTS%%,*}" "${BENCH_TLS[@]}" "$@" >/dev/null; }
+  ctl user add root:bench-root
+  ctl role add root
+  ctl user grant-role root root
+  ctl role add bench
+  ctl role grant-permission bench --prefix readwrite ''
+  ctl user add bench:bench-pw
+  ctl user grant-role bench bench
+  ctl auth enable
+  AUTH_FLAGS=(--user bench:bench-pw)
+fi
+
 # shellcheck disable=SC2206 # BENCHFLAGS is a list of flags
-common=(--key-size 8 --val-size 256 --clients 100 --conns 10 --endpoints "$ENDPOINTS" "${BENCH_TLS[@]}" --output json ${BENCHFLAGS:-})
+common=(--key-size 8 --val-size 256 --clients 100 --conns 10 --endpoints "$ENDPOINTS" "${BENCH_TLS[@]}" "${AUTH_FLAGS[@]}" --output json ${BENCHFLAGS:-})
 case $WORKLOAD in
   put)
     if [ -n "${TOTAL:-}" ]; then amount=(--total "$TOTAL" --sequential-keys --key-space-size "$TOTAL")
@@ -51,7 +68,7 @@ esac
 if [ -n "${PREWRITE:-}" ]; then
   # The store as compare.sh's put x100 finds it: written for a while by fewer clients.
   "$QK" bench put --duration "$PREWRITE" --key-space-size 100000 --target-leader --clients 10 \
-    --key-size 8 --val-size 256 --conns 10 --endpoints "$ENDPOINTS" "${BENCH_TLS[@]}" --output json >/dev/null
+    --key-size 8 --val-size 256 --conns 10 --endpoints "$ENDPOINTS" "${BENCH_TLS[@]}" "${AUTH_FLAGS[@]}" --output json >/dev/null
 fi
 
 perf_pid=""

@@ -10,6 +10,7 @@ mod raw;
 mod auth;
 mod auth_cluster;
 mod auth_enforce;
+mod auth_secrets;
 mod auth_tokens;
 mod auto_compaction;
 mod bench_tool;
