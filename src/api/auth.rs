@@ -159,10 +159,11 @@ impl Auth for AuthService {
                 .filter(|user| !user.options.as_ref().is_some_and(|o| o.no_password))
                 .map(|user| user.password.clone());
             let presented = request.password.clone();
+            let node = self.node.clone();
             let matches = self
                 .node
                 .offload()
-                .run(move || password::matches(&presented, stored.as_deref()))
+                .run(move || node.auth().password_matches(&presented, stored.as_deref()))
                 .await
                 .map_err(|e| status::internal("authenticate", &e))?;
             if !matches {

@@ -59,6 +59,8 @@ pub struct Auth {
     jwt: Option<jwt::JwtTokens>,
     bcrypt_cost: u32,
     client_cert_auth: bool,
+    /// What an unknown user's password is compared against (`password::decoy_hash`).
+    decoy: std::sync::OnceLock<String>,
 }
 
 impl Auth {
@@ -79,6 +81,7 @@ impl Auth {
             jwt,
             bcrypt_cost: config.bcrypt_cost,
             client_cert_auth: config.client_cert_auth,
+            decoy: std::sync::OnceLock::new(),
         })
     }
 
@@ -88,6 +91,15 @@ impl Auth {
 
     pub fn bcrypt_cost(&self) -> u32 {
         self.bcrypt_cost
+    }
+
+    /// Whether `password` is `user`'s, in the same time for every answer. Slow on
+    /// purpose: run it off the async workers.
+    pub fn password_matches(&self, password: &str, stored: Option<&[u8]>) -> bool {
+        let decoy = self
+            .decoy
+            .get_or_init(|| password::decoy_hash(self.bcrypt_cost));
+        password::matches(password, stored, decoy)
     }
 
     /// True while auth is on.

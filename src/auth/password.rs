@@ -18,14 +18,11 @@ pub const MAX_COST: u32 = 31;
 pub const MAX_PASSWORD_BYTES: usize = 72;
 
 /// What a password is compared against when there is nothing to compare it with (no
-/// such user), so that the answer takes as long as for a user who exists: a hash at
-/// the default cost of a random password, made once.
-fn decoy_hash() -> &'static str {
-    static DECOY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    DECOY.get_or_init(|| {
-        let secret = format!("{:x}", rand::random::<u128>());
-        bcrypt::hash(secret, DEFAULT_COST).unwrap_or_default()
-    })
+/// such user): a hash of a random password at the member's cost, so that the answer
+/// takes as long as for a user who exists. Made on first use, once per cost.
+pub fn decoy_hash(cost: u32) -> String {
+    let secret = format!("{:x}", rand::random::<u128>());
+    bcrypt::hash(secret, cost).unwrap_or_default()
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -60,8 +57,9 @@ pub fn is_encoded_hash(encoded: &str) -> bool {
 }
 
 /// True when `password` matches the stored hash; `None` (no such user, or one without
-/// a password) compares against a decoy and answers false, in the same time.
-pub fn matches(password: &str, stored: Option<&[u8]>) -> bool {
+/// a password) compares against `decoy` (see [`decoy_hash`]) and answers false, in the
+/// same time.
+pub fn matches(password: &str, stored: Option<&[u8]>, decoy: &str) -> bool {
     // Over-long passwords never match (Go's bcrypt refuses them too), but still pay
     // for a comparison.
     let candidate = if password.len() > MAX_PASSWORD_BYTES {
@@ -75,7 +73,7 @@ pub fn matches(password: &str, stored: Option<&[u8]>) -> bool {
     match (candidate, hash) {
         (Some(password), Some(hash)) => bcrypt::verify(password, hash).unwrap_or(false),
         _ => {
-            let _ = bcrypt::verify(candidate.unwrap_or_default(), decoy_hash());
+            let _ = bcrypt::verify(candidate.unwrap_or_default(), decoy);
             false
         }
     }
@@ -96,6 +94,16 @@ pub fn check_cost(cost: u32) -> Result<u32, String> {
 mod tests {
     use super::*;
 
+    /// A cost-4 hash of a password no test uses.
+    const DECOY: &str = "$2a$04$Q9Bz3Vn4k1bQw0p7b2tLpuJ2YcQ8m0m3o3S7q2Q1n2wq9l7aPZk3y";
+
+    #[test]
+    fn a_decoy_is_a_hash_at_the_cost_given() {
+        let decoy = decoy_hash(MIN_COST);
+        assert!(decoy.starts_with("$2b$04$"), "{decoy}");
+        assert!(!matches("anything", None, &decoy));
+    }
+
     fn stored(encoded: &str) -> Vec<u8> {
         base64::engine::general_purpose::STANDARD
             .decode(encoded)
@@ -106,11 +114,11 @@ mod tests {
     fn a_hash_matches_its_password_only() {
         let hash = stored(&hash("s3cret", MIN_COST).unwrap());
         assert!(hash.starts_with(b"$2a$04$"), "Go's form");
-        assert!(matches("s3cret", Some(&hash)));
-        assert!(!matches("s3cret ", Some(&hash)));
-        assert!(!matches("", Some(&hash)));
-        assert!(!matches("s3cret", None));
-        assert!(!matches("s3cret", Some(b"not a hash")));
+        assert!(matches("s3cret", Some(&hash), DECOY));
+        assert!(!matches("s3cret ", Some(&hash), DECOY));
+        assert!(!matches("", Some(&hash), DECOY));
+        assert!(!matches("s3cret", None, DECOY));
+        assert!(!matches("s3cret", Some(b"not a hash"), DECOY));
     }
 
     #[test]
@@ -118,7 +126,7 @@ mod tests {
         // Go's bcrypt.GenerateFromPassword("pw", 4).
         let go = hash("pw", 4).unwrap();
         let raw = stored(&go);
-        assert!(matches("pw", Some(&raw)));
+        assert!(matches("pw", Some(&raw), DECOY));
     }
 
     #[test]
@@ -127,10 +135,10 @@ mod tests {
         assert_eq!(hash(&long, MIN_COST), Err(PasswordError::TooLong));
         let hash72 = stored(&hash(&long[..72], MIN_COST).unwrap());
         assert!(
-            !matches(&long, Some(&hash72)),
+            !matches(&long, Some(&hash72), DECOY),
             "the 73rd byte must not be ignored"
         );
-        assert!(!matches(&"y".repeat(1 << 20), None));
+        assert!(!matches(&"y".repeat(1 << 20), None, DECOY));
     }
 
     #[test]
