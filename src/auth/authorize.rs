@@ -138,6 +138,12 @@ impl Auth {
         actions: impl IntoIterator<Item = Action<'a>>,
     ) -> Result<Grant, AuthError> {
         let state = self.store.auth();
+        #[cfg(feature = "planted-bugs")]
+        let state = if crate::planted::is_planted(crate::planted::PlantedBug::StaleAuthRevision) {
+            self.store.auth_before_last_change()
+        } else {
+            state
+        };
         if !state.enabled() {
             // As etcd 3.4: a token means nothing while auth is off, and says so.
             if caller.token.is_some() {

@@ -31,22 +31,36 @@ fn record_key(prefix: &[u8], name: &[u8]) -> Vec<u8> {
 
 /// The applied auth state, swapped whole on every reload.
 #[derive(Default)]
-pub(super) struct AuthCache(RwLock<Arc<AuthState>>);
+pub(super) struct AuthCache {
+    current: RwLock<Arc<AuthState>>,
+    /// The state before the last reload, for the planted `StaleAuthRevision` only.
+    #[cfg(feature = "planted-bugs")]
+    previous: RwLock<Arc<AuthState>>,
+}
+
+fn read(slot: &RwLock<Arc<AuthState>>) -> Arc<AuthState> {
+    match slot.read() {
+        Ok(state) => state.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
 
 impl AuthCache {
     fn get(&self) -> Arc<AuthState> {
-        match self.0.read() {
-            Ok(state) => state.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        read(&self.current)
     }
 
     fn set(&self, state: AuthState) {
         let state = Arc::new(state);
-        match self.0.write() {
-            Ok(mut slot) => *slot = state,
-            Err(poisoned) => *poisoned.into_inner() = state,
+        let mut slot = match self.current.write() {
+            Ok(slot) => slot,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        #[cfg(feature = "planted-bugs")]
+        if let Ok(mut previous) = self.previous.write() {
+            *previous = slot.clone();
         }
+        *slot = state;
     }
 }
 
@@ -63,6 +77,12 @@ impl RevisionStore {
     /// The auth state as applied so far: cheap, taken by every authorised request.
     pub fn auth(&self) -> Arc<AuthState> {
         self.auth.get()
+    }
+
+    /// The auth state before the last applied auth change (planted `StaleAuthRevision`).
+    #[cfg(feature = "planted-bugs")]
+    pub fn auth_before_last_change(&self) -> Arc<AuthState> {
+        read(&self.auth.previous)
     }
 
     /// Every stored auth record, as of `snapshot` if given.
