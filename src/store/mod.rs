@@ -219,4 +219,6 @@ impl RevisionStore {
 #[cfg(test)]
 mod alarm_tests;
 #[cfg(test)]
+mod auth_tests;
+#[cfg(test)]
 mod tests;

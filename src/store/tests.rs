@@ -34,7 +34,29 @@ impl Harness {
         }
     }
 
+    /// The same store, closed and opened again (a restart).
+    pub(super) fn reopen(self) -> Harness {
+        let Harness { _dir, store, index } = self;
+        drop(store);
+        let db = open_database(&_dir.path().join("db"), &[]).unwrap();
+        Harness {
+            store: Arc::new(RevisionStore::new(db).unwrap()),
+            _dir,
+            index,
+        }
+    }
+
     pub(super) fn apply(&mut self, request: C) -> R {
+        self.apply_command(Command {
+            auth_revision: 0,
+            auth_checked: false,
+            request: Some(request),
+        })
+    }
+
+    /// Applies a whole command (a client's carries the auth revision it was
+    /// authorised at).
+    pub(super) fn apply_command(&mut self, command: Command) -> R {
         self.index += 1;
         let log_id = LogId::new(
             LeaderId {
@@ -43,11 +65,6 @@ impl Harness {
             },
             self.index,
         );
-        let command = Command {
-            auth_revision: 0,
-            auth_checked: false,
-            request: Some(request),
-        };
         apply_alone(&self.store, &log_id, &command)
             .unwrap()
             .result
