@@ -1274,10 +1274,17 @@ async fn member_update_of_a_learner() {
     let (_, learner_id) = add_unstarted_learner(&mut cluster, &mut client).await;
     let spare = cluster.reserve_member();
     let moved = cluster.peer_url(spare);
-    let resp = client
-        .member_update(learner_id, vec![moved.clone()])
-        .await
-        .expect("MemberUpdate of the learner's peer URL");
+    // Under load the leader that answers may have changed since the learner was added
+    // (CI saw `member not found` once): ask again for a while before judging.
+    let deadline = Deadline::after(Duration::from_secs(10), "MemberUpdate of the learner");
+    let resp = loop {
+        match client.member_update(learner_id, vec![moved.clone()]).await {
+            Err(etcd_client::Error::GRpcStatus(s)) if s.code() == Code::NotFound => {
+                deadline.tick().await;
+            }
+            other => break other.expect("MemberUpdate of the learner's peer URL"),
+        }
+    };
     let row = resp
         .members()
         .iter()
