@@ -20,13 +20,13 @@ use crate::proto::command::Command;
 const ATTEMPTS: usize = 5;
 
 /// Authorises `actions` for `caller` against one auth state.
-async fn decide(
+async fn decide<'a>(
     node: &Node,
     caller: &Caller,
-    actions: &[Action<'_>],
+    actions: impl Iterator<Item = Action<'a>> + Clone,
 ) -> Result<Result<Grant, AuthError>, Status> {
     let auth = node.auth();
-    Ok(match auth.authorize_all(caller, actions.iter().copied()) {
+    Ok(match auth.authorize_all(caller, actions.clone()) {
         Err(_) => {
             // Refusals are decided on an auth store that has every change committed
             // before the call: a grant, a user, or a simple token (etcd's index
@@ -34,7 +34,7 @@ async fn decide(
             // here yet. Catch up once, then decide. Grants need no such wait: the log
             // checks their auth revision.
             node.read_barrier().await?;
-            auth.authorize_all(caller, actions.iter().copied())
+            auth.authorize_all(caller, actions)
         }
         granted => granted,
     })
@@ -43,7 +43,7 @@ async fn decide(
 /// Authorises `actions` for `caller` against one auth state, or refuses in etcd's
 /// words.
 pub async fn check(node: &Node, caller: &Caller, actions: &[Action<'_>]) -> Result<Grant, Status> {
-    decide(node, caller, actions)
+    decide(node, caller, actions.iter().copied())
         .await?
         .map_err(status::from_auth)
 }
@@ -54,7 +54,7 @@ pub async fn check_unconverted(
     caller: &Caller,
     actions: &[Action<'_>],
 ) -> Result<Grant, Status> {
-    decide(node, caller, actions)
+    decide(node, caller, actions.iter().copied())
         .await?
         .map_err(status::from_auth_unconverted)
 }
@@ -85,11 +85,10 @@ pub async fn propose(
         request: Some(request),
     };
     for _ in 0..ATTEMPTS {
-        let grant = {
-            let mut needs: Vec<Action<'_>> = also.to_vec();
-            needs.extend(command.request.as_ref().map(Action::of_command));
-            check(node, caller, &needs).await?
-        };
+        let needs = command.request.as_ref().map(Action::of_command);
+        let grant = decide(node, caller, needs.into_iter().chain(also.iter().copied()))
+            .await?
+            .map_err(status::from_auth)?;
         command.auth_revision = grant.revision;
         command.auth_checked = grant.checked;
         match node.propose_command(&command).await {

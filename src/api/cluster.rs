@@ -154,13 +154,7 @@ pub(super) fn relayed<T>(request: &Request<T>) -> bool {
 /// `message` as a request relayed to the leader: marked, so it is never relayed again,
 /// and carrying the caller's token, so that the leader authorises the same caller.
 pub(super) fn mark<T>(message: T, caller: &Caller) -> Request<T> {
-    let mut request = Request::new(message);
-    if let Some(token) = caller
-        .token()
-        .and_then(|t| tonic::metadata::MetadataValue::try_from(t).ok())
-    {
-        request.metadata_mut().insert("token", token);
-    }
+    let mut request = caller.relayed(message);
     request
         .metadata_mut()
         .insert(RELAYED, tonic::metadata::MetadataValue::from_static("1"));

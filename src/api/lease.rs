@@ -276,15 +276,10 @@ impl Lease for LeaseService {
         let leading = self.node.lessor().ensure_leading(&self.node).await?;
         if !leading {
             let channel = self.node.leader_channel().await?;
-            let mut relayed = tonic::Request::new(request);
             // The leader decides again, for the same caller.
-            if let Some(token) = caller
-                .token()
-                .and_then(|t| tonic::metadata::MetadataValue::try_from(t).ok())
-            {
-                relayed.metadata_mut().insert("token", token);
-            }
-            return LeaseClient::new(channel).lease_time_to_live(relayed).await;
+            return LeaseClient::new(channel)
+                .lease_time_to_live(caller.relayed(request))
+                .await;
         }
         let store = self.node.store();
         let revision = self.current_revision()?;

@@ -54,9 +54,19 @@ impl Caller {
         Caller { token, common_name }
     }
 
-    /// The token as sent, to relay the request to another member unchanged.
-    pub fn token(&self) -> Option<&str> {
-        self.token.as_deref()
+    /// `message` as a request to another member (the leader) on this caller's behalf:
+    /// it carries the caller's token, so that the other member decides for the same
+    /// caller.
+    pub fn relayed<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = self
+            .token
+            .as_deref()
+            .and_then(|t| tonic::metadata::MetadataValue::try_from(t).ok())
+        {
+            request.metadata_mut().insert(TOKEN_KEY, token);
+        }
+        request
     }
 }
 

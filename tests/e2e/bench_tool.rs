@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::auth_support::{enable_auth, ROOT_PW};
 use crate::harness::{Cluster, ClusterOptions, Target};
 
 /// No bench run in this file should come near this.
@@ -414,9 +415,9 @@ async fn bad_flags_and_unreachable_endpoints_exit_non_zero_with_a_message() {
 /// password never appears in any output.
 #[tokio::test]
 async fn user_flag_authenticates_every_connection() {
-    const PASSWORD: &str = "bench-s3cret";
+    const PASSWORD: &str = ROOT_PW;
     let cluster = Cluster::start(1).await;
-    enable_auth(&cluster, PASSWORD).await;
+    enable_auth(&cluster).await;
     let endpoints = cluster.endpoints();
     let user = format!("root:{PASSWORD}");
 
@@ -485,21 +486,6 @@ async fn user_flag_authenticates_every_connection() {
     );
 }
 
-/// Creates role and user `root` (with `password`) and turns auth on, as `etcdctl auth
-/// enable` does, by etcd-client on member 0.
-async fn enable_auth(cluster: &Cluster, password: &str) {
-    let client = cluster.client(0).await;
-    let mut auth = client.auth_client();
-    auth.role_add("root").await.expect("role add root");
-    auth.user_add("root", password, None)
-        .await
-        .expect("user add root");
-    auth.user_grant_role("root", "root")
-        .await
-        .expect("grant root to root");
-    auth.auth_enable().await.expect("auth enable");
-}
-
 /// A simple token that expired between two requests (`--auth-token-ttl=1`, a request
 /// every 4 s): the connection authenticates again and the request is sent again, so
 /// no request fails.
@@ -509,11 +495,12 @@ async fn user_flag_authenticates_again_after_the_token_expired() {
         .arg("--auth-token-ttl=1")
         .start()
         .await;
-    enable_auth(&cluster, "pw").await;
+    enable_auth(&cluster).await;
+    let root_user = format!("root:{ROOT_PW}");
     let run = bench_with_env(
         &cluster.endpoints(),
         &[
-            "put", "--rate", "0.25", "--total", "3", "--user", "root:pw", "--output", "json",
+            "put", "--rate", "0.25", "--total", "3", "--user", &root_user, "--output", "json",
         ],
         &[("QUANTYKUBE_LOG", "quantykube::bench::auth=debug")],
     )
