@@ -6,7 +6,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // SAFETY: build scripts are single-threaded; nothing reads the environment concurrently.
         std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?);
     }
+    // The descriptors travel with the binary: the JSON gateway reads and writes every
+    // message through them.
+    let descriptors = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("descriptors.bin");
     tonic_prost_build::configure()
+        .file_descriptor_set_path(descriptors)
         .bytes(".")
         .generate_default_stubs(true)
         .build_client(true)

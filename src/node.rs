@@ -555,7 +555,7 @@ where
     let peer_routes = Routes::from(
         Routes::new(peer_service.into_service())
             .into_axum_router()
-            .merge(http::router(node.clone(), Surface::Peer))
+            .merge(http::router(node.clone(), Surface::Peer, None))
             .fallback(http::fallback),
     );
     let stop = stopped();
@@ -574,8 +574,9 @@ where
     if let Some(metrics) = metrics {
         // Probes reach the metrics port from the start: a member that cannot publish
         // (no quorum) still answers them, with 503.
-        let routes =
-            Routes::from(http::router(node.clone(), Surface::Metrics).fallback(http::fallback));
+        let routes = Routes::from(
+            http::router(node.clone(), Surface::Metrics, None).fallback(http::fallback),
+        );
         let stop = stopped();
         servers.spawn(async move {
             tonic::transport::Server::builder()
@@ -628,11 +629,16 @@ where
         // As etcd: HTTP shares the client URLs unless it has URLs of its own.
         let http_on_clients = client_http.is_none();
         let mut routes = api::client_routes(node.clone(), health_service);
+        // The gateway calls the gRPC routes in process, through the same layers.
+        let gateway = Some(Arc::new(http::gateway::Gateway::new(
+            api::client_service(node.clone(), routes.clone()),
+            node.limits().max_request_bytes,
+        )));
         if http_on_clients {
             routes = Routes::from(
                 routes
                     .into_axum_router()
-                    .merge(http::router(node.clone(), Surface::Client))
+                    .merge(http::router(node.clone(), Surface::Client, gateway.clone()))
                     .fallback(http::fallback),
             );
         }
@@ -644,8 +650,10 @@ where
                 .await
         });
         if let Some(client_http) = client_http {
-            let routes =
-                Routes::from(http::router(node.clone(), Surface::Client).fallback(http::fallback));
+            let routes = Routes::from(
+                http::router(node.clone(), Surface::Client, gateway.clone())
+                    .fallback(http::fallback),
+            );
             let stop = stopped();
             servers.spawn(async move {
                 tonic::transport::Server::builder()

@@ -29,3 +29,16 @@ pub mod quantykube {
 }
 
 pub use self::quantykube::command::v1 as command;
+
+/// The descriptors of every message and service above, as protoc wrote them at build
+/// time (the JSON gateway reads and writes messages through them).
+pub fn descriptors() -> &'static prost_reflect::DescriptorPool {
+    static POOL: std::sync::LazyLock<prost_reflect::DescriptorPool> =
+        std::sync::LazyLock::new(|| {
+            let bytes = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
+            // A set protoc wrote for this very build always decodes; an empty pool would
+            // leave the gateway without routes, which its tests would show.
+            prost_reflect::DescriptorPool::decode(bytes.as_slice()).unwrap_or_default()
+        });
+    &POOL
+}

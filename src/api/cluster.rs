@@ -91,8 +91,10 @@ impl ClusterService {
         }
     }
 
+    /// etcd's Cluster service answers with no revision: its header names the cluster,
+    /// the member and the term only.
     fn header(&self) -> Result<ResponseHeader, Status> {
-        super::current_header(&self.node)
+        Ok(self.node.header_from(None))
     }
 
     /// Carries out `change` here if this member leads; otherwise (or once this member

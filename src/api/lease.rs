@@ -135,8 +135,9 @@ async fn serve_keep_alives(
     let mut relay: Option<Relay> = None;
     while let Some(Ok(request)) = requests.next().await {
         let answer = match keep_alive_on_leader(&node, request.id).await {
-            Ok(Some(ttl)) => Ok(LeaseKeepAliveResponse {
-                header: Some(node.header_from(None)),
+            // etcd fills the header at the current revision, as for any answer.
+            Ok(Some(ttl)) => super::current_header(&node).map(|header| LeaseKeepAliveResponse {
+                header: Some(header),
                 id: request.id,
                 ttl,
             }),

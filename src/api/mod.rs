@@ -79,16 +79,37 @@ pub type ClientLayers = tower::layer::util::Stack<
     >,
 >;
 
-/// The client port's server settings and the layers every gRPC call passes through.
-/// `http` also serves HTTP/1.1 (the probes, `/version`, `/metrics`) on the same
-/// listener, as etcd does unless `--listen-client-http-urls` is set.
-pub fn client_server(node: Arc<Node>, http: bool) -> Server<ClientLayers> {
-    Server::builder()
-        .accept_http1(http)
+/// The layers every client RPC passes through, whether it came over the client port or
+/// from the JSON gateway in process.
+pub fn client_layers(node: Arc<Node>) -> ClientLayers {
+    tower::ServiceBuilder::new()
         // Outermost, so that it counts every call with the status the client gets.
         .layer(crate::metrics::grpc::GrpcMetricsLayer)
         .layer(compat_layer::CompatLayer)
         .layer(learner_gate::LearnerGateLayer::new(node))
+        .into_inner()
+}
+
+/// The client port's server settings and the layers every gRPC call passes through.
+/// `http` also serves HTTP/1.1 (the probes, `/version`, `/metrics`, the gateway) on the
+/// same listener, as etcd does unless `--listen-client-http-urls` is set.
+pub fn client_server(
+    node: Arc<Node>,
+    http: bool,
+) -> Server<tower::layer::util::Stack<ClientLayers, tower::layer::util::Identity>> {
+    Server::builder()
+        .accept_http1(http)
+        .layer(client_layers(node))
+}
+
+/// `routes` behind the client layers as one service: what the JSON gateway calls.
+pub fn client_service(node: Arc<Node>, routes: Routes) -> crate::http::gateway::ClientService {
+    use tower::{Layer, ServiceExt};
+    let service = ServiceExt::<http::Request<tonic::body::Body>>::map_response(
+        client_layers(node).layer(routes),
+        |response| response.map(tonic::body::Body::new),
+    );
+    tower::util::BoxCloneSyncService::new(service)
 }
 
 /// The client-facing gRPC routes: all six etcd services and gRPC health.

@@ -1,12 +1,14 @@
 //! The HTTP surface beside gRPC: etcd's `/health`, `/livez`, `/readyz` (with their
-//! per-check sub-paths), `/version` and `/metrics`, on the client port (one listener
-//! serves gRPC and HTTP/1.1, as etcd's does), on `--listen-client-http-urls`, the
-//! probes and metrics only on `--listen-metrics-urls`, and `/version` on peer URLs.
+//! per-check sub-paths), `/version`, `/metrics` and the JSON gateway (`gateway`, under
+//! `/v3/`), on the client port (one listener serves gRPC and HTTP/1.1, as etcd's does)
+//! and on `--listen-client-http-urls`; the probes and metrics only on
+//! `--listen-metrics-urls`, and `/version` on peer URLs.
 //!
 //! This module owns paths, methods, status codes and bodies. It holds no check's
 //! meaning (`probes`) and formats no metric (`metrics`); it never calls raft or the
 //! store itself.
 
+pub mod gateway;
 mod health;
 
 use std::sync::Arc;
@@ -31,9 +33,13 @@ pub enum Surface {
     Peer,
 }
 
-/// The HTTP routes of `surface`, without a fallback (see [`fallback`]).
-pub fn router(node: Arc<Node>, surface: Surface) -> Router {
-    let mut router = Router::new();
+/// The HTTP routes of `surface`, without a fallback (see [`fallback`]). Client surfaces
+/// serve `gateway` too, when there is one (`--enable-grpc-gateway`).
+pub fn router(node: Arc<Node>, surface: Surface, gateway: Option<Arc<gateway::Gateway>>) -> Router {
+    let mut router = match gateway {
+        Some(gateway) if surface == Surface::Client => gateway::router(gateway),
+        _ => Router::new(),
+    };
     if surface != Surface::Peer {
         let node = node.clone();
         router = router.route(

@@ -3,6 +3,7 @@
 
 mod auth_support;
 mod certs;
+mod gateway_support;
 mod harness;
 mod prometheus_text;
 mod raw;
@@ -21,6 +22,8 @@ mod differential;
 mod dns;
 mod etcdctl;
 mod force_new_cluster;
+mod gateway;
+mod gateway_differential;
 mod http2_authority;
 mod kubeadm;
 mod kv_compact;

@@ -1,0 +1,531 @@
+//! The JSON gateway as curl users meet it, on the target server (etcd 3.4 with
+//! `QK_TEST_TARGET=etcd`): the version prefixes, methods and unknown paths, streams
+//! (Watch with creates, events, progress and cancels in one body; LeaseKeepAlive;
+//! Snapshot), a watch that ends with its connection, the gateway over TLS and with
+//! auth. Field-by-field agreement with etcd is `gateway_differential`'s.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::certs::Pki;
+use crate::gateway_support::*;
+use crate::harness::*;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_prefix_serves_and_other_paths_and_methods_are_refused() {
+    let cluster = Cluster::start(1).await;
+    let gw = Gateway::of(&cluster, 0);
+    gw.put("p", "1").await;
+    for prefix in ["v3", "v3beta"] {
+        let answer = gw
+            .call(&format!("/{prefix}/kv/range"), json!({"key": b64("p")}))
+            .await;
+        assert_eq!(unb64(&answer["kvs"][0]["value"]), b"1", "/{prefix}/");
+    }
+    // etcd 3.3 served /v3alpha/, which python3-etcd3gw 2.0 and tooz 3.1 still send;
+    // etcd 3.4 no longer does. QuantyKube serves it.
+    let alpha = gw.post("/v3alpha/kv/range", json!({"key": b64("p")})).await;
+    match cluster.target() {
+        Target::Etcd => assert_eq!(alpha.status, 404),
+        Target::Quantykube => {
+            assert_eq!(alpha.status, 200, "{}", alpha.http.body);
+            assert_eq!(unb64(&alpha.json["kvs"][0]["value"]), b"1");
+        }
+    }
+    let get = gw.request("GET", "/v3/kv/range", b"").await;
+    assert_eq!(get.status, 405);
+    assert_eq!(get.http.body, "Method Not Allowed\n");
+    assert_eq!(
+        get.http.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    let unknown = gw.post("/v3/kv/nothing", json!({})).await;
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.http.body, "Not Found\n");
+    let ok = gw.post("/v3/kv/range", json!({"key": b64("p")})).await;
+    assert_eq!(ok.http.header("content-type"), Some("application/json"));
+    assert_eq!(
+        ok.http.header("grpc-metadata-content-type"),
+        Some("application/grpc")
+    );
+}
+
+/// A `null` in a list of messages: etcd 3.4's gateway panics on it (its handler
+/// dereferences the nil element) and drops the connection; QuantyKube reads an empty
+/// message there, as for a `null` anywhere else.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_null_in_a_list_of_messages_is_an_empty_message() {
+    let cluster = Cluster::start(1).await;
+    let gw = Gateway::of(&cluster, 0);
+    let url = format!("{}/v3/kv/txn", gw.base);
+    let answer = http_request_with(
+        "POST",
+        &url,
+        None,
+        WAIT,
+        &[
+            "--data-binary",
+            r#"{"compare":[null],"success":[{"request_range":{"key":"YQ=="}}]}"#,
+        ],
+    )
+    .await;
+    match cluster.target() {
+        Target::Etcd => assert!(answer.unwrap_err().contains("Empty reply")),
+        Target::Quantykube => {
+            let answer = answer.expect("an answer");
+            // An empty compare is `key = ""` compared by version: the empty key is
+            // refused as in any request.
+            assert_eq!(answer.status, 400, "{}", answer.body);
+            assert!(
+                answer.body.contains("etcdserver: key is not provided"),
+                "{}",
+                answer.body
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_body_creates_cancels_and_asks_for_progress_on_one_stream() {
+    let cluster = Cluster::start(1).await;
+    let gw = Gateway::of(&cluster, 0);
+    let start = gw.revision().await + 1;
+    let mut watch = gw
+        .stream(
+            "/v3/watch",
+            &[
+                json!({"create_request": {"key": b64("w/"), "range_end": b64("w0"), "prev_kv": true}}),
+                json!({"create_request": {"key": b64("other")}}),
+                json!({"progress_request": {}}),
+                json!({"create_request": {"key": b64("third")}}),
+                json!({"cancel_request": {"watch_id": 2}}),
+            ],
+        )
+        .await;
+    let created = watch.result(WAIT).await;
+    assert_eq!(created["created"], json!(true), "{created}");
+    assert_eq!(watch.status(), Some(200));
+    // The first watch of a stream is number 0, which the gateway leaves out.
+    assert_eq!(created.get("watch_id"), None, "{created}");
+    let second = watch.result(WAIT).await;
+    assert_eq!(
+        (second["created"].clone(), int(&second["watch_id"])),
+        (json!(true), 1)
+    );
+    let progress = watch.result(WAIT).await;
+    assert_eq!(int(&progress["watch_id"]), -1, "{progress}");
+    assert_eq!(
+        int(&progress["header"]["revision"]),
+        start - 1,
+        "{progress}"
+    );
+    let third = watch.result(WAIT).await;
+    assert_eq!(int(&third["watch_id"]), 2, "{third}");
+    let canceled = watch.result(WAIT).await;
+    assert_eq!(canceled["canceled"], json!(true), "{canceled}");
+    assert_eq!(int(&canceled["watch_id"]), 2, "{canceled}");
+
+    gw.put("w/a", "1").await;
+    gw.put("w/a", "2").await;
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let events = watch.result(WAIT).await;
+        assert_eq!(events.get("watch_id"), None, "{events}");
+        seen.extend(events["events"].as_array().expect("events").iter().cloned());
+    }
+    assert_eq!(int(&seen[0]["kv"]["mod_revision"]), start);
+    assert_eq!(seen[0].get("type"), None, "PUT is the default and left out");
+    assert_eq!(unb64(&seen[1]["kv"]["value"]), b"2");
+    assert_eq!(unb64(&seen[1]["prev_kv"]["value"]), b"1");
+    gw.call("/v3/kv/deleterange", json!({"key": b64("w/a")}))
+        .await;
+    let deleted = watch.result(WAIT).await;
+    assert_eq!(deleted["events"][0]["type"], json!("DELETE"), "{deleted}");
+    // The canceled watch hears nothing; the second one its key.
+    gw.put("third", "x").await;
+    gw.put("other", "y").await;
+    let event = watch.result(WAIT).await;
+    assert_eq!(int(&event["watch_id"]), 1, "{event}");
+    assert_eq!(unb64(&event["events"][0]["kv"]["key"]), b"other");
+    watch.disconnect().await;
+}
+
+/// A request body that goes on while its answer streams. etcd 3.4 (Go 1.19's HTTP/1.1
+/// server reads the rest of a request body before it writes an answer) starts its
+/// answer only once the body ended; QuantyKube answers each message as it comes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_body_can_go_on_while_its_answer_streams() {
+    let cluster = Cluster::start(1).await;
+    let url = format!("{}/v3/watch", cluster.endpoint(0));
+    let mut watch = Duplex::open(&url, &json!({"create_request": {"key": b64("d")}})).await;
+    match cluster.target() {
+        Target::Etcd => {
+            let early = tokio::time::timeout(Duration::from_secs(2), watch.result(WAIT)).await;
+            assert!(
+                early.is_err(),
+                "etcd 3.4 answered before the body ended: {early:?}"
+            );
+            watch.close_send().await;
+            assert_eq!(watch.result(WAIT).await["created"], json!(true));
+        }
+        Target::Quantykube => {
+            assert_eq!(watch.result(WAIT).await["created"], json!(true));
+            watch
+                .send(&json!({"create_request": {"key": b64("e")}}))
+                .await;
+            let second = watch.result(WAIT).await;
+            assert_eq!(int(&second["watch_id"]), 1, "{second}");
+            Gateway::of(&cluster, 0).put("e", "1").await;
+            let event = watch.result(WAIT).await;
+            assert_eq!(unb64(&event["events"][0]["kv"]["key"]), b"e", "{event}");
+            watch
+                .send(&json!({"cancel_request": {"watch_id": 1}}))
+                .await;
+            assert_eq!(watch.result(WAIT).await["canceled"], json!(true));
+            // The client's half-close leaves the watch open, as etcd's server does.
+            watch.close_send().await;
+            Gateway::of(&cluster, 0).put("d", "1").await;
+            let event = watch.result(WAIT).await;
+            assert_eq!(unb64(&event["events"][0]["kv"]["key"]), b"d", "{event}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_from_a_compacted_revision_is_canceled_in_the_stream() {
+    let cluster = Cluster::start(1).await;
+    let gw = Gateway::of(&cluster, 0);
+    for i in 0..3 {
+        gw.put("c", &i.to_string()).await;
+    }
+    let revision = gw.revision().await;
+    gw.call("/v3/kv/compaction", json!({"revision": revision}))
+        .await;
+    let mut watch = gw
+        .stream(
+            "/v3/watch",
+            &[json!({"create_request": {"key": b64("c"), "start_revision": 2}})],
+        )
+        .await;
+    let created = watch.result(WAIT).await;
+    let canceled = if created.get("canceled").is_some() {
+        created
+    } else {
+        watch.result(WAIT).await
+    };
+    assert_eq!(canceled["canceled"], json!(true), "{canceled}");
+    assert_eq!(int(&canceled["compact_revision"]), revision, "{canceled}");
+    watch.disconnect().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_first_stream_message_is_an_http_error_and_an_empty_keepalive_body_ends() {
+    let cluster = Cluster::start(1).await;
+    let gw = Gateway::of(&cluster, 0);
+    for path in ["/v3/watch", "/v3/lease/keepalive"] {
+        let answer = gw.post_raw(path, b"x").await;
+        assert_eq!(answer.status, 500, "{path}: {}", answer.http.body);
+        assert_eq!(
+            answer.json,
+            json!({
+                "error": "invalid character 'x' looking for beginning of value",
+                "message": "invalid character 'x' looking for beginning of value",
+                "code": 2
+            })
+        );
+    }
+    let answer = gw.post_raw("/v3/lease/keepalive", b"").await;
+    assert_eq!((answer.status, answer.http.body.as_str()), (200, ""));
+    let answer = gw.post_raw("/v3/maintenance/snapshot", b"x").await;
+    assert_eq!(answer.status, 400);
+    assert_eq!(int(&answer.json["code"]), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keepalives_over_the_gateway_keep_a_lease_and_its_key_alive() {
+    let cluster = Cluster::start(1).await;
+    let gw = Gateway::of(&cluster, 0);
+    let grant = gw.call("/v3/lease/grant", json!({"TTL": 3})).await;
+    let id = int(&grant["ID"]);
+    gw.call(
+        "/v3/kv/put",
+        json!({"key": b64("kept"), "value": b64("v"), "lease": id}),
+    )
+    .await;
+    // A keepalive every second for three TTLs, each a request of its own, as etcd3gw
+    // sends them.
+    for _ in 0..9 {
+        let mut keepalive = gw
+            .stream("/v3/lease/keepalive", &[json!({"ID": id.to_string()})])
+            .await;
+        let answer = keepalive.result(WAIT).await;
+        assert_eq!(int(&answer["ID"]), id, "{answer}");
+        assert_eq!(int(&answer["TTL"]), 3, "{answer}");
+        assert!(
+            keepalive.ended(WAIT).await,
+            "a keepalive answer outlived its body"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let kept = gw.call("/v3/kv/range", json!({"key": b64("kept")})).await;
+    assert_eq!(
+        int(&kept["count"]),
+        1,
+        "the lease expired under its keepalives"
+    );
+    // No more keepalives: the lease expires, and its key goes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let answer = gw.call("/v3/kv/range", json!({"key": b64("kept")})).await;
+        if int(&answer["count"]) == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lease never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // A keepalive of an unknown lease is answered with TTL 0, not an error.
+    let mut unknown = gw
+        .stream("/v3/lease/keepalive", &[json!({"ID": 12345})])
+        .await;
+    let answer = unknown.result(WAIT).await;
+    assert_eq!(int(&answer["TTL"]), 0, "{answer}");
+    unknown.disconnect().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_streams_as_chunks_that_make_the_whole_file() {
+    let cluster = Cluster::start(1).await;
+    let gw = Gateway::of(&cluster, 0);
+    for i in 0..50 {
+        gw.put(&format!("s{i}"), &"v".repeat(1000)).await;
+    }
+    let mut snapshot = gw.stream("/v3/maintenance/snapshot", &[json!({})]).await;
+    // Chunks until the stream ends: the last one (remaining_bytes 0, like the one before
+    // it) carries the SHA-256.
+    let mut file = Vec::new();
+    while let Some(chunk) = snapshot.next(Duration::from_secs(30)).await {
+        let result = chunk
+            .get("result")
+            .unwrap_or_else(|| panic!("not a result: {chunk}"));
+        file.extend(unb64(&result["blob"]));
+    }
+    // etcd's snapshot stream: the bbolt file, then the SHA-256 of it.
+    use sha2::Digest as _;
+    let (db, sum) = file.split_at(file.len() - 32);
+    assert_eq!(sha2::Sha256::digest(db).as_slice(), sum);
+    let path = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(path.path(), &file).unwrap();
+    let status = cluster
+        .etcdctl(&[
+            "snapshot",
+            "status",
+            &path.path().display().to_string(),
+            "-w",
+            "json",
+        ])
+        .await;
+    status.assert_success();
+    let status: Value = serde_json::from_str(status.stdout.trim()).unwrap();
+    assert!(status["totalKey"].as_u64().unwrap() >= 50, "{status}");
+}
+
+/// Closing the connection cancels the watch: the member's watch gauge goes back.
+#[tokio::test(flavor = "multi_thread")]
+async fn closing_the_connection_cancels_the_watch() {
+    let cluster = ClusterOptions::new(1).metrics_urls().start().await;
+    let gw = Gateway::of(&cluster, 0);
+    let watchers = || async {
+        let url = format!("{}/metrics", cluster.endpoint(0));
+        let metrics = http_get(&url, None).await.body;
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+            .map(|v| v.trim().parse::<f64>().unwrap_or(-1.0))
+            .expect("etcd_debugging_mvcc_watcher_total")
+    };
+    let before = watchers().await;
+    let mut watch = gw
+        .stream(
+            "/v3/watch",
+            &[json!({"create_request": {"key": b64("gone")}})],
+        )
+        .await;
+    watch.result(WAIT).await;
+    assert_eq!(watchers().await, before + 1.0);
+    watch.disconnect().await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while watchers().await != before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the watch outlived its connection"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_gateway_serves_over_tls_with_client_certificates() {
+    let pki = Pki::new(loopback_ip());
+    let tls = ClientTls::new(pki.ca_cert()).identity(
+        pki.pki("apiserver-etcd-client.crt"),
+        pki.pki("apiserver-etcd-client.key"),
+    );
+    let cluster = ClusterOptions::new(1)
+        .https_clients(tls)
+        .args([
+            format!("--cert-file={}", pki.etcd("server.crt").display()),
+            format!("--key-file={}", pki.etcd("server.key").display()),
+            format!("--trusted-ca-file={}", pki.ca_cert().display()),
+            "--client-cert-auth=true".to_string(),
+        ])
+        .start()
+        .await;
+    let gw = Gateway::of(&cluster, 0);
+    gw.put("tls", "yes").await;
+    let answer = gw.call("/v3/kv/range", json!({"key": b64("tls")})).await;
+    assert_eq!(unb64(&answer["kvs"][0]["value"]), b"yes");
+    let mut watch = gw
+        .stream(
+            "/v3/watch",
+            &[json!({"create_request": {"key": b64("tls")}})],
+        )
+        .await;
+    assert_eq!(watch.result(WAIT).await["created"], json!(true));
+    gw.put("tls", "again").await;
+    let event = watch.result(WAIT).await;
+    assert_eq!(unb64(&event["events"][0]["kv"]["value"]), b"again");
+    watch.disconnect().await;
+    // No client certificate: the handshake fails, no HTTP answer at all.
+    let anonymous = Gateway {
+        tls: Some(ClientTls::new(pki.ca_cert())),
+        ..gw.clone()
+    };
+    let url = format!("{}/v3/kv/range", anonymous.base);
+    let refused = http_request_with(
+        "POST",
+        &url,
+        anonymous.tls.as_ref(),
+        WAIT,
+        &["--data-binary", "{}"],
+    )
+    .await;
+    assert!(
+        refused.is_err(),
+        "answered without a client certificate: {refused:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_auth_on_the_gateway_takes_a_token_in_the_authorization_header() {
+    let cluster = Cluster::start(1).await;
+    let gw = Gateway::of(&cluster, 0);
+    gw.call(
+        "/v3/auth/user/add",
+        json!({"name": "root", "password": "rootpw"}),
+    )
+    .await;
+    gw.call(
+        "/v3/auth/user/grant",
+        json!({"user": "root", "role": "root"}),
+    )
+    .await;
+    gw.call(
+        "/v3/auth/user/add",
+        json!({"name": "reader", "password": "readpw"}),
+    )
+    .await;
+    gw.call("/v3/auth/role/add", json!({"name": "r"})).await;
+    gw.call(
+        "/v3/auth/role/grant",
+        json!({"name": "r", "perm": {"permType": "READ", "key": b64("pub/"), "range_end": b64("pub0")}}),
+    )
+    .await;
+    gw.call(
+        "/v3/auth/user/grant",
+        json!({"user": "reader", "role": "r"}),
+    )
+    .await;
+    gw.put("pub/a", "1").await;
+    gw.call("/v3/auth/enable", json!({})).await;
+
+    let anonymous = gw.post("/v3/kv/range", json!({"key": b64("pub/a")})).await;
+    assert_eq!(anonymous.status, 400, "{}", anonymous.http.body);
+    assert_eq!(
+        anonymous.json["message"],
+        json!("etcdserver: user name is empty")
+    );
+    let wrong = gw
+        .post(
+            "/v3/auth/authenticate",
+            json!({"name": "reader", "password": "nope"}),
+        )
+        .await;
+    assert_eq!(wrong.status, 400);
+    assert_eq!(
+        wrong.json["message"],
+        json!("etcdserver: authentication failed, invalid user ID or password")
+    );
+    let token = gw
+        .call(
+            "/v3/auth/authenticate",
+            json!({"name": "reader", "password": "readpw"}),
+        )
+        .await["token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+    let reader = gw.with_token(&token);
+    let read = reader
+        .call("/v3/kv/range", json!({"key": b64("pub/a")}))
+        .await;
+    assert_eq!(unb64(&read["kvs"][0]["value"]), b"1");
+    let denied = reader
+        .post(
+            "/v3/kv/put",
+            json!({"key": b64("pub/a"), "value": b64("2")}),
+        )
+        .await;
+    assert_eq!(denied.status, 403, "{}", denied.http.body);
+    assert_eq!(
+        denied.json["message"],
+        json!("etcdserver: permission denied")
+    );
+    // A watch over the gateway with the token; one outside the permission is canceled.
+    let mut watch = reader
+        .stream(
+            "/v3/watch",
+            &[json!({"create_request": {"key": b64("pub/a")}})],
+        )
+        .await;
+    assert_eq!(watch.result(WAIT).await["created"], json!(true));
+    watch.disconnect().await;
+    // A forged token is refused.
+    let forged = format!("{}x", &token[..token.len() - 1]);
+    let forged = gw
+        .with_token(&forged)
+        .post("/v3/kv/range", json!({"key": b64("pub/a")}))
+        .await;
+    assert_eq!(forged.status, 401, "{}", forged.http.body);
+    assert_eq!(
+        forged.json["message"],
+        json!("etcdserver: invalid auth token")
+    );
+    let root = gw
+        .call(
+            "/v3/auth/authenticate",
+            json!({"name": "root", "password": "rootpw"}),
+        )
+        .await["token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+    gw.with_token(&root)
+        .call("/v3/auth/disable", json!({}))
+        .await;
+}
