@@ -21,6 +21,7 @@ mod corruption;
 mod differential;
 mod dns;
 mod etcdctl;
+mod etcdctl_check;
 mod force_new_cluster;
 mod gateway;
 mod gateway_differential;
