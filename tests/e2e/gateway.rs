@@ -529,3 +529,96 @@ async fn with_auth_on_the_gateway_takes_a_token_in_the_authorization_header() {
         .call("/v3/auth/disable", json!({}))
         .await;
 }
+
+/// A watch over the gateway for minutes (`QK_GATEWAY_WATCH_SECS`, default 120) while
+/// puts and deletes go through the gateway too: every change arrives once, in revision
+/// order, with nothing missing, and progress notifications keep coming.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_watch_follows_minutes_of_writes_without_a_gap() {
+    let seconds: u64 = std::env::var("QK_GATEWAY_WATCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    let cluster = ClusterOptions::new(1)
+        .arg("--experimental-watch-progress-notify-interval=2s")
+        .start()
+        .await;
+    let gw = Gateway::of(&cluster, 0);
+    let start = gw.revision().await + 1;
+    let mut watch = gw
+        .stream(
+            "/v3/watch",
+            &[json!({"create_request": {
+                "key": b64("long/"), "range_end": b64("long0"), "progress_notify": true
+            }})],
+        )
+        .await;
+    assert_eq!(watch.result(WAIT).await["created"], json!(true));
+    let writer = {
+        let gw = gw.clone();
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+            let mut revisions = Vec::new();
+            let mut i = 0u64;
+            while tokio::time::Instant::now() < deadline {
+                let key = format!("long/{}", i % 50);
+                let answer = if i % 7 == 6 {
+                    gw.call("/v3/kv/deleterange", json!({"key": b64(&key)}))
+                        .await
+                } else {
+                    gw.put(&key, &i.to_string()).await
+                };
+                let revision = int(&answer["header"]["revision"]);
+                if i % 7 != 6 || int(&answer["deleted"]) == 1 {
+                    revisions.push(revision);
+                }
+                i += 1;
+                // Quiet spells, in which progress notifications are due.
+                let pause = if i % 400 == 0 { 5_000 } else { 50 };
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+            revisions
+        })
+    };
+    let mut seen = Vec::new();
+    let mut progress = 0;
+    let mut last = start - 1;
+    loop {
+        let Some(chunk) = watch.next(Duration::from_secs(10)).await else {
+            panic!("the watch went quiet after revision {last}");
+        };
+        let result = &chunk["result"];
+        let events = result["events"].as_array().cloned().unwrap_or_default();
+        if events.is_empty() {
+            progress += 1;
+        }
+        for event in events {
+            let revision = int(&event["kv"]["mod_revision"]);
+            assert!(
+                revision > last,
+                "revision {revision} after {last}: out of order or repeated"
+            );
+            last = revision;
+            seen.push(revision);
+        }
+        if writer.is_finished() {
+            break;
+        }
+    }
+    let written = writer.await.unwrap();
+    let end = *written.last().expect("writes");
+    while last < end {
+        let chunk = watch.next(WAIT).await.expect("the last events");
+        for event in chunk["result"]["events"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+        {
+            last = int(&event["kv"]["mod_revision"]);
+            seen.push(last);
+        }
+    }
+    assert_eq!(seen, written, "the watch missed or invented changes");
+    assert!(progress >= 1, "no progress notification in {seconds} s");
+    watch.disconnect().await;
+}
