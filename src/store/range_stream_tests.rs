@@ -34,7 +34,7 @@ fn stream_all(h: &Harness, req: &RangeRequest, budget: usize) -> Vec<RangeRespon
 fn merged(chunks: &[RangeResponse]) -> RangeResponse {
     let last = chunks.last().expect("at least one chunk");
     RangeResponse {
-        header: last.header.clone(),
+        header: last.header,
         kvs: chunks.iter().flat_map(|c| c.kvs.clone()).collect(),
         more: last.more,
         count: last.count,

@@ -21,7 +21,7 @@ use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::Code;
 
-use crate::auth_support::{connect_as, enable_auth, msg};
+use crate::auth_support::{connect_as, enable_auth, msg, ROOT_PW};
 use crate::harness::*;
 use crate::prometheus_text::parse;
 use crate::raw::{self, op_put, sort_order, sort_target, RawKv};
@@ -83,7 +83,7 @@ impl RawStream {
 fn merged(chunks: &[PbRangeResponse]) -> PbRangeResponse {
     let last = chunks.last().expect("at least one chunk");
     PbRangeResponse {
-        header: last.header.clone(),
+        header: last.header,
         kvs: chunks.iter().flat_map(|c| c.kvs.clone()).collect(),
         more: last.more,
         count: last.count,
@@ -551,8 +551,10 @@ async fn a_client_that_stops_reading_holds_the_member_to_a_few_chunks() {
     let mut chunks = stream.open(raw::range_between("rs/", "rs0")).await.unwrap();
     let first = chunks.message().await.unwrap().unwrap();
     assert_eq!(first.range_response.unwrap().kvs.len(), 10);
-    // Nothing to wait for: the claim is that the member stops producing. Watch its
-    // count of sent messages for two seconds while this client reads nothing.
+    // Nothing to wait for: the claim is that the member stops. Watch it for two seconds
+    // while this client reads nothing: the messages it hands to gRPC (its
+    // `grpc_server_msg_sent_total`) stay a few, and its memory does not take the range
+    // in (a queue without bound before gRPC took it from 105 to 220 MB here).
     let deadline = Instant::now() + Duration::from_secs(2);
     let mut produced = 0.0;
     while Instant::now() < deadline {
@@ -589,14 +591,17 @@ async fn a_client_that_stops_reading_holds_the_member_to_a_few_chunks() {
 }
 
 #[tokio::test]
-async fn read_permission_on_the_range_is_needed_as_for_range() {
+async fn read_permission_on_the_range_is_needed_and_an_auth_change_ends_the_stream() {
     let cluster = Cluster::start(1).await;
     if is_etcd(&cluster) {
         return assert_etcd_34_lacks_range_stream(&cluster).await;
     }
     let mut root = cluster.client(0).await;
-    for i in 0..50 {
-        root.put(key(i), "v", None).await.unwrap();
+    // 30 MB: more than gRPC's windows and queues hold, so that the member is still
+    // reading when the auth store changes below.
+    let value = vec![b'v'; 100 * 1024];
+    for i in 0..300 {
+        root.put(key(i), value.clone(), None).await.unwrap();
     }
     root.put("secret/x", "s", None).await.unwrap();
     let mut auth = root.auth_client();
@@ -608,7 +613,7 @@ async fn read_permission_on_the_range_is_needed_as_for_range() {
     auth.user_grant_role("alice", "reader").await.unwrap();
     enable_auth(&cluster).await;
 
-    let mut alice = connect_as(&cluster, 0, "alice", "pw").await;
+    let alice = connect_as(&cluster, 0, "alice", "pw").await;
     let mut stream = alice
         .kv_client()
         .get_stream("rs/", Some(GetOptions::new().with_prefix()))
@@ -618,7 +623,7 @@ async fn read_permission_on_the_range_is_needed_as_for_range() {
     while let Some(chunk) = stream.message().await.unwrap() {
         n += chunk.kvs().len();
     }
-    assert_eq!(n, 50);
+    assert_eq!(n, 300);
     for (from, options) in [
         ("secret/", GetOptions::new().with_prefix()),
         ("rs/", GetOptions::new().with_from_key()),
@@ -641,8 +646,7 @@ async fn read_permission_on_the_range_is_needed_as_for_range() {
     let status = anonymous
         .open(raw::range_between("rs/", "rs0"))
         .await
-        .err()
-        .expect("anonymous RangeStream refused");
+        .expect_err("anonymous RangeStream refused");
     let plain = RawKv::connect(&cluster.endpoint(0))
         .await
         .range(raw::range_between("rs/", "rs0"))
@@ -652,6 +656,37 @@ async fn read_permission_on_the_range_is_needed_as_for_range() {
         (status.code(), status.message()),
         (plain.code(), plain.message())
     );
+
+    // The auth store changes while a stream runs: as etcd's doSerialize, every chunk
+    // is sent, then the stream ends with "revision of auth store is old".
+    let mut stream = alice
+        .kv_client()
+        .get_stream("rs/", Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let first = stream.message().await.unwrap().expect("a first chunk");
+    assert_eq!(first.kvs().len(), 10);
+    let root = connect_as(&cluster, 0, "root", ROOT_PW).await;
+    root.auth_client()
+        .role_grant_permission("reader", Permission::read("other/").with_prefix())
+        .await
+        .unwrap();
+    let mut n = first.kvs().len();
+    let ended = loop {
+        match stream.message().await {
+            Ok(Some(chunk)) => n += chunk.kvs().len(),
+            Ok(None) => panic!("the stream ended cleanly across an auth change"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(n, 300, "every chunk before the status");
+    match ended {
+        etcd_client::Error::GRpcStatus(status) => assert_eq!(
+            (status.code(), status.message()),
+            (Code::InvalidArgument, msg::AUTH_OLD_REVISION)
+        ),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -674,8 +709,7 @@ async fn followers_serve_linearizable_and_serializable_streams_and_learners_refu
                 ..raw::range_between("rs/", "rs0")
             })
             .await
-            .err()
-            .expect("a learner refuses RangeStream");
+            .expect_err("a learner refuses RangeStream");
         assert_eq!(
             (status.code(), status.message()),
             (
