@@ -60,6 +60,14 @@ pub async fn start(
     let Some(first) = first else {
         return Err(status::internal("range stream", &"no first chunk"));
     };
+    if cursor.finished() {
+        // One chunk (a small range, count only): no task, no queue.
+        let mut messages = vec![Ok(message(&node, first))];
+        if let Err(stale) = authorized::confirm(&node, grant) {
+            messages.push(Err(stale));
+        }
+        return Ok(Box::pin(futures::stream::iter(messages)));
+    }
     let (queue, received) = mpsc::channel(CHUNKS_IN_FLIGHT);
     // Room for the first chunk: the queue is new.
     let _ = queue.try_send(Ok(message(&node, first)));
@@ -103,7 +111,6 @@ async fn pump(
             }
         };
         let Some(chunk) = chunk else {
-            // The first chunk was also the last.
             drop(room);
             return finish(&node, grant, queue, chunks).await;
         };

@@ -112,6 +112,11 @@ impl RangeStream {
         self.revisions
     }
 
+    /// True once the last chunk was read.
+    pub fn finished(&self) -> bool {
+        self.next_key.is_none()
+    }
+
     /// The next chunk, or `None` after the last one (which carries the header).
     pub fn next_chunk(&mut self) -> Result<Option<RangeResponse>, StoreError> {
         let Some(start) = self.next_key.take() else {
