@@ -12,7 +12,8 @@
 # Env: QK (server and bench client; default the release build in $CARGO_TARGET_DIR),
 #      KEYS (1000000), VAL_SIZE (256), RUNS (3), QKFLAGS (extra server flags),
 #      KEEP (keep the work dir).
-# Takes about 3 minutes at the defaults on 2 cores; every step has a time limit.
+# Takes about 5 minutes at the defaults on 2 cores (3 of them loading); every step has a
+# time limit.
 set -euo pipefail
 QK=${QK:-${CARGO_TARGET_DIR:-/var/tmp/quantykube-target}/release/quantykube}
 KEYS=${KEYS:-1000000}
