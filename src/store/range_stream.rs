@@ -107,11 +107,6 @@ impl RangeStream {
         })
     }
 
-    /// The store's counters as the stream sees them.
-    pub fn revisions(&self) -> Revisions {
-        self.revisions
-    }
-
     /// True once the last chunk was read.
     pub fn finished(&self) -> bool {
         self.next_key.is_none()
