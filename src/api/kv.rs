@@ -1,4 +1,4 @@
-//! etcdserverpb.KV: Range, Put, DeleteRange, Txn and Compact.
+//! etcdserverpb.KV: Range, RangeStream (etcd 3.7), Put, DeleteRange, Txn and Compact.
 //!
 //! Handlers validate, then either read the local store (after a read index unless
 //! serializable) or propose one command through raft and unwrap its outcome. They hold
@@ -112,6 +112,28 @@ impl Kv for KvService {
         };
         authorized::confirm(&self.node, grant)?;
         Ok(self.respond(response))
+    }
+
+    /// etcd 3.7's RangeStream: Range's checks, read index and permission, then the
+    /// range in chunks from one snapshot (`range_stream`). A learner never gets here:
+    /// etcd refuses every stream but Snapshot on a learner (`learner_gate`).
+    async fn range_stream(
+        &self,
+        request: Request<RangeRequest>,
+    ) -> Result<Response<super::range_stream::ChunkStream>, Status> {
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        validate::range_stream(&req)?;
+        if !req.serializable {
+            self.node.read_barrier().await?;
+        }
+        let read = Action::Read {
+            key: &req.key,
+            range_end: &req.range_end,
+        };
+        let grant = authorized::check(&self.node, &caller, &[read]).await?;
+        let chunks = super::range_stream::start(self.node.clone(), req, grant).await?;
+        Ok(Response::new(chunks))
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {

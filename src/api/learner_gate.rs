@@ -1,8 +1,8 @@
 //! A learner serves only what etcd's learner serves: `Maintenance/Status`, serializable
 //! `KV/Range` (the Range handler refuses a linearizable one), and the `Maintenance/
-//! Snapshot` stream (etcd 3.6). Every other RPC, gRPC health included (etcd's
-//! interceptor sees it too), gets etcd 3.6's `FailedPrecondition etcdserver: rpc not
-//! supported for learner`. This layer decides by path only; it never reads a body.
+//! Snapshot` stream (etcd 3.6). Every other RPC, etcd 3.7's RangeStream and gRPC health
+//! included (etcd's interceptor sees them too), gets etcd 3.6's `FailedPrecondition
+//! etcdserver: rpc not supported for learner`. This layer decides by path only; it never reads a body.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -89,6 +89,8 @@ mod tests {
         assert!(served_by_learners("/etcdserverpb.KV/Range"));
         assert!(served_by_learners("/etcdserverpb.Maintenance/Status"));
         assert!(!served_by_learners("/etcdserverpb.KV/Put"));
+        // etcd 3.7 refuses every stream but Snapshot on a learner.
+        assert!(!served_by_learners("/etcdserverpb.KV/RangeStream"));
         assert!(!served_by_learners("/etcdserverpb.Cluster/MemberList"));
         assert!(!served_by_learners("/grpc.health.v1.Health/Check"));
     }

@@ -15,6 +15,7 @@ pub mod kv;
 pub mod learner_gate;
 pub mod lease;
 pub mod maintenance;
+pub mod range_stream;
 pub mod snapshot;
 pub mod status;
 pub mod validate;

@@ -33,6 +33,14 @@ pub fn duplicate_key() -> Status {
 pub fn invalid_sort_option() -> Status {
     Status::invalid_argument("etcdserver: invalid sort option")
 }
+/// etcd 3.7's RangeStream refusals (`checkRangeStreamRequest`): a stream cannot sort
+/// or filter a range it never holds whole.
+pub fn range_stream_custom_sort() -> Status {
+    Status::unimplemented("RangeStream does not support custom sort orders")
+}
+pub fn range_stream_revision_filters() -> Status {
+    Status::unimplemented("RangeStream does not support revision filters")
+}
 pub fn request_too_large() -> Status {
     Status::invalid_argument("etcdserver: request is too large")
 }

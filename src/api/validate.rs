@@ -26,6 +26,27 @@ pub fn range(req: &RangeRequest) -> Result<(), Status> {
     Ok(())
 }
 
+/// etcd 3.7's `checkRangeStreamRequest`: Range's checks, then no order but by key
+/// ascending (a target without an order is allowed, as `IsDefaultOrdering` reads it),
+/// then no revision filters.
+pub fn range_stream(req: &RangeRequest) -> Result<(), Status> {
+    range(req)?;
+    let order = SortOrder::try_from(req.sort_order).unwrap_or(SortOrder::None);
+    let by_key =
+        SortTarget::try_from(req.sort_target).unwrap_or(SortTarget::Key) == SortTarget::Key;
+    if !(order == SortOrder::None || by_key && order == SortOrder::Ascend) {
+        return Err(status::range_stream_custom_sort());
+    }
+    if req.min_mod_revision != 0
+        || req.max_mod_revision != 0
+        || req.min_create_revision != 0
+        || req.max_create_revision != 0
+    {
+        return Err(status::range_stream_revision_filters());
+    }
+    Ok(())
+}
+
 pub fn put(req: &PutRequest) -> Result<(), Status> {
     if req.key.is_empty() {
         return Err(status::empty_key());
@@ -290,5 +311,73 @@ mod tests {
         assert_eq!(message(range(&bad_sort)), "etcdserver: invalid sort option");
         let empty_op = txn_of(vec![RequestOp { request: None }]);
         assert_eq!(message(txn(&empty_op, 128)), "etcdserver: key not found");
+    }
+
+    #[test]
+    fn range_stream_refuses_orders_and_filters_as_etcd_3_7() {
+        let base = RangeRequest {
+            key: "k".into(),
+            ..Default::default()
+        };
+        let with = |order: SortOrder, target: SortTarget| RangeRequest {
+            sort_order: order as i32,
+            sort_target: target as i32,
+            ..base.clone()
+        };
+        let sorts = "RangeStream does not support custom sort orders";
+        assert!(range_stream(&with(SortOrder::None, SortTarget::Key)).is_ok());
+        assert!(range_stream(&with(SortOrder::Ascend, SortTarget::Key)).is_ok());
+        // No order: a target alone is "default ordering" in etcd 3.7.
+        assert!(range_stream(&with(SortOrder::None, SortTarget::Value)).is_ok());
+        assert_eq!(
+            message(range_stream(&with(SortOrder::Descend, SortTarget::Key))),
+            sorts
+        );
+        assert_eq!(
+            message(range_stream(&with(SortOrder::Ascend, SortTarget::Mod))),
+            sorts
+        );
+        let refused = range_stream(&with(SortOrder::Descend, SortTarget::Create)).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unimplemented);
+        for filtered in [
+            RangeRequest {
+                min_mod_revision: 1,
+                ..base.clone()
+            },
+            RangeRequest {
+                max_mod_revision: 1,
+                ..base.clone()
+            },
+            RangeRequest {
+                min_create_revision: 1,
+                ..base.clone()
+            },
+            RangeRequest {
+                max_create_revision: 1,
+                ..base.clone()
+            },
+        ] {
+            assert_eq!(
+                message(range_stream(&filtered)),
+                "RangeStream does not support revision filters"
+            );
+        }
+        // Range's own checks come first.
+        let empty = RangeRequest {
+            min_mod_revision: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            message(range_stream(&empty)),
+            "etcdserver: key is not provided"
+        );
+        let bad_sort = RangeRequest {
+            sort_order: 9,
+            ..base.clone()
+        };
+        assert_eq!(
+            message(range_stream(&bad_sort)),
+            "etcdserver: invalid sort option"
+        );
     }
 }

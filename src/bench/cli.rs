@@ -234,6 +234,11 @@ pub struct RangeArgs {
     /// local state).
     #[arg(long, value_enum, default_value_t = Consistency::L)]
     pub consistency: Consistency,
+
+    /// Read with etcd 3.7's KV.RangeStream (the range in chunks) instead of Range;
+    /// needs KEY. Reports the time to the first chunk and the chunks per operation.
+    #[arg(long)]
+    pub stream: bool,
 }
 
 /// `txn-cas` flags.
@@ -420,6 +425,9 @@ impl BenchCli {
                 }
                 if args.key.as_deref() == Some("") {
                     return Err("range: KEY must not be empty".into());
+                }
+                if args.stream && args.key.is_none() {
+                    return Err("range --stream reads a fixed KEY [RANGE_END]: give KEY".into());
                 }
             }
             WorkloadArgs::Mixed(args) => {

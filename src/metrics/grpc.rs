@@ -55,8 +55,9 @@ const SERVER_STREAM: &str = "server_stream";
 const BIDI_STREAM: &str = "bidi_stream";
 
 /// Every RPC the client port serves: (service, method, go-grpc-prometheus type).
-pub const METHODS: [(&str, &str, &str); 41] = [
+pub const METHODS: [(&str, &str, &str); 42] = [
     ("etcdserverpb.KV", "Range", UNARY),
+    ("etcdserverpb.KV", "RangeStream", SERVER_STREAM),
     ("etcdserverpb.KV", "Put", UNARY),
     ("etcdserverpb.KV", "DeleteRange", UNARY),
     ("etcdserverpb.KV", "Txn", UNARY),

@@ -25,6 +25,7 @@ mod latest;
 mod lease;
 mod meta;
 mod range;
+mod range_stream;
 mod snapshot;
 pub mod txn;
 mod write;
@@ -45,6 +46,7 @@ pub use import::{Import, ImportSummary};
 pub use lease::LeaseRecord;
 pub use meta::{read_applied, read_member_attributes, read_removed_members, AppliedState};
 pub use range::in_range;
+pub use range_stream::{chunk_budget, RangeStream};
 pub use snapshot::{keep_received_snapshot, latest_snapshot, SnapshotInfo};
 pub use write::{ApplyBatch, WriteOutcome};
 

@@ -366,7 +366,7 @@ pub fn range(
 
 /// etcd sorts ascending when a non-key target is given without an order, because keys
 /// already come in ascending key order.
-fn effective_sort_order(req: &RangeRequest) -> SortOrder {
+pub(super) fn effective_sort_order(req: &RangeRequest) -> SortOrder {
     let order = SortOrder::try_from(req.sort_order).unwrap_or(SortOrder::None);
     let target = SortTarget::try_from(req.sort_target).unwrap_or(SortTarget::Key);
     if order == SortOrder::None && target != SortTarget::Key {
@@ -376,7 +376,7 @@ fn effective_sort_order(req: &RangeRequest) -> SortOrder {
     }
 }
 
-fn sort(kvs: &mut [KeyValue], target: SortTarget, order: SortOrder) {
+pub(super) fn sort(kvs: &mut [KeyValue], target: SortTarget, order: SortOrder) {
     let compare = |a: &KeyValue, b: &KeyValue| -> Ordering {
         match target {
             SortTarget::Key => a.key.cmp(&b.key),

@@ -259,6 +259,66 @@ async fn kv_workloads_report_every_operation() {
     }
 }
 
+/// `range --stream` (issue 18): each operation is one etcd 3.7 RangeStream read to its
+/// end. etcd 3.4 has none: its `Unimplemented` stops the run (exit 1).
+#[tokio::test]
+async fn range_stream_reads_the_range_in_chunks_or_stops_where_there_is_none() {
+    let cluster = Cluster::start(1).await;
+    let ep = cluster.endpoints();
+    let args = [
+        "range",
+        "00000000",
+        "00000100",
+        "--stream",
+        "--total",
+        "6",
+        "--clients",
+        "2",
+        "--output",
+        "json",
+    ];
+    bench(
+        &ep,
+        &[
+            "put",
+            "--total",
+            "100",
+            "--key-space-size",
+            "100",
+            "--sequential-keys",
+            "--output",
+            "json",
+        ],
+    )
+    .await
+    .ok_json();
+    if cluster.target() == Target::Etcd {
+        let run = bench(&ep, &args).await;
+        assert_eq!(run.code, 1, "{}", run.stderr);
+        assert!(
+            run.json()["errors"]
+                .as_object()
+                .is_some_and(|e| e.keys().any(|k| k.starts_with("Unimplemented"))),
+            "{}",
+            run.stdout
+        );
+        return;
+    }
+    let streamed = bench(&ep, &args).await.ok_json();
+    assert_clean(&streamed, "range", 6);
+    assert_eq!(streamed["params"]["stream"], true);
+    assert_eq!(f(&streamed, "keys_per_operation"), 100.0);
+    // 100 keys: chunks of 10, 20, 40 and the last 30.
+    assert_eq!(u(&streamed, "chunks"), 6 * 4, "{streamed}");
+    let first = f(&streamed, "first_chunk_ms_median");
+    assert!(
+        0.0 < f(&streamed, "first_chunk_ms_min")
+            && first <= f(&streamed, "first_chunk_ms_max")
+            && first <= streamed["latency_ms"]["max"].as_f64().unwrap_or(0.0),
+        "{streamed}"
+    );
+}
+
 #[tokio::test]
 async fn open_loop_schedules_at_the_rate_for_the_duration() {
     let cluster = Cluster::start(1).await;
@@ -350,6 +410,7 @@ async fn bad_flags_and_unreachable_endpoints_exit_non_zero_with_a_message() {
         (&["put", "--rate", "0"][..], "--rate"),
         (&["put", "--duration", "soon"][..], "soon"),
         (&["watch", "--rate", "10"][..], "--put-rate"),
+        (&["range", "--stream"][..], "KEY"),
     ] {
         let run = bench(&[], args).await;
         assert_eq!(run.code, 2, "bench {args:?}: {}", run.stderr);

@@ -39,6 +39,7 @@ mod maintenance_hash;
 mod membership;
 mod metrics;
 mod quantykube_surface;
+mod range_stream;
 mod request_limits;
 mod revisions;
 mod snapshot;
