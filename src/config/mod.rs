@@ -392,8 +392,8 @@ where
                 ));
             }
             let text = read(Path::new(path)).map_err(ConfigError::ConfigFile)?;
-            let (settings, others, present) = from_file(&text, &mut warnings)?;
-            (settings, others, present, GateSource::ConfigFile)
+            let (file, present) = from_file(&text, &mut warnings)?;
+            (file.implemented, file.others, present, GateSource::ConfigFile)
         }
     };
 
@@ -454,7 +454,7 @@ type Others = Vec<(&'static EtcdFlag, Setting)>;
 fn from_file(
     text: &str,
     warnings: &mut Vec<String>,
-) -> Result<(BTreeMap<&'static str, Setting>, Others, Vec<&'static str>), ConfigError> {
+) -> Result<(Settings, Vec<&'static str>), ConfigError> {
     let read = file::read(text)?;
     for key in &read.unknown {
         warnings.push(format!(
@@ -491,7 +491,13 @@ fn from_file(
             others.push((flag, setting));
         }
     }
-    Ok((settings, others, read.present))
+    Ok((
+        Settings {
+            implemented: settings,
+            others,
+        },
+        read.present,
+    ))
 }
 
 /// etcd 3.6 refuses both unary-request warning durations when both are non-zero.
