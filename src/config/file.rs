@@ -18,6 +18,7 @@
 //! This module owns turning a document into settings. It never reads the file (the
 //! caller passes its text), never interprets a value beyond its Go type, and never logs.
 
+use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Number, Value};
 
 use super::file_keys::{GoType, Node, Section, Target, ROOT};
@@ -43,7 +44,11 @@ const JSON_PREFIX: &str = "error unmarshaling JSON: while decoding JSON: json: "
 
 /// Reads a config file's text.
 pub(super) fn read(text: &str) -> Result<FileSettings, ConfigError> {
-    let document: Value = serde_yaml_ng::from_str(text).map_err(yaml_error)?;
+    // go-yaml's Unmarshal reads the first document of a stream and no further.
+    let document = match serde_yaml_ng::Deserializer::from_str(text).next() {
+        Some(first) => Lenient::deserialize(first).map_err(yaml_error)?.0,
+        None => Value::Null,
+    };
     if let Some(bad) = non_finite(&document) {
         return Err(ConfigError::ConfigFile(format!(
             "error converting YAML to JSON: json: unsupported value: {bad}"
@@ -70,6 +75,78 @@ pub(super) fn read(text: &str) -> Result<FileSettings, ConfigError> {
         }
     }
     Ok(out)
+}
+
+/// A YAML value read as go-yaml reads one: a key given twice keeps its last value
+/// (serde_yaml_ng's `Value` refuses the document instead).
+struct Lenient(Value);
+
+impl<'de> Deserialize<'de> for Lenient {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(LenientVisitor).map(Lenient)
+    }
+}
+
+struct LenientVisitor;
+
+impl<'de> serde::de::Visitor<'de> for LenientVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Lenient::deserialize(d).map(|l| l.0)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Lenient(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Sequence(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut mapping = Mapping::new();
+        while let Some((Lenient(key), Lenient(value))) = map.next_entry()? {
+            mapping.insert(key, value);
+        }
+        Ok(Value::Mapping(mapping))
+    }
 }
 
 /// A YAML syntax error as go-yaml words it: `yaml: line N: problem`.

@@ -468,6 +468,9 @@ fn the_file_keeps_etcds_file_defaults() {
     // An empty file is all defaults; keys match ignoring case, as Go's decoder does.
     assert_eq!(load("").0.name, "default");
     assert_eq!(load("Name: upper\n").0.name, "upper");
+    // The last of a repeated key, and the first document of several, as go-yaml reads them.
+    assert_eq!(load("name: a\nname: b\n").0.name, "b");
+    assert_eq!(load("name: a\n---\nname: b\n").0.name, "a");
     // YAML 1.1 booleans, as etcd's yaml.v2 reads them, and floats without a fraction.
     let (c, _) = load("strict-reconfig-check: no\nheartbeat-interval: 1e2\n");
     assert!(!c.strict_reconfig_check);

@@ -393,7 +393,12 @@ where
             }
             let text = read(Path::new(path)).map_err(ConfigError::ConfigFile)?;
             let (file, present) = from_file(&text, &mut warnings)?;
-            (file.implemented, file.others, present, GateSource::ConfigFile)
+            (
+                file.implemented,
+                file.others,
+                present,
+                GateSource::ConfigFile,
+            )
         }
     };
 
