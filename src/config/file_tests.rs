@@ -674,6 +674,14 @@ fn feature_gates_in_a_file_and_on_the_command_line() {
     ]);
     assert!(c.feature_gates.enabled(Gate::StopGrpcServiceOnDefrag));
     assert!(c.feature_gates.enabled(Gate::LeaseCheckpointPersist));
+    // Warned about once, as the flag, not again as its gate.
+    assert!(warnings
+        .iter()
+        .any(|w| w.starts_with("--experimental-stop-grpc-service-on-defrag is accepted")));
+    assert!(!warnings
+        .iter()
+        .any(|w| w.starts_with("feature gate StopGRPCServiceOnDefrag")));
+    let (_, warnings) = run_flags(&["--feature-gates=StopGRPCServiceOnDefrag=true"]);
     assert!(warnings
         .iter()
         .any(|w| w.starts_with("feature gate StopGRPCServiceOnDefrag=true is accepted")));

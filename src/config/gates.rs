@@ -312,6 +312,7 @@ pub(super) fn resolve(
         }
         from_flags.push((spec.name, value));
     }
+    let flag_set: Vec<&str> = from_flags.iter().map(|(name, _)| *name).collect();
     for (name, value) in from_flags {
         state.set.insert(name, value);
     }
@@ -320,6 +321,10 @@ pub(super) fn resolve(
         let Some(&value) = state.set.get(spec.name) else {
             continue;
         };
+        // An experimental flag's own warning (flags::check_other) already says it.
+        if flag_set.contains(&spec.name) {
+            continue;
+        }
         let why = match spec.meaning {
             Meaning::Acted => continue,
             Meaning::Always(ours, _) if ours == value => continue,
