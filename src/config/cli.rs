@@ -323,7 +323,8 @@ fn after_help() -> String {
     format!(
         "Flags follow Go's syntax, as etcd's do: -name x, -name=x, --name x and --name=x all\n\
          work. Every flag can also be set through ETCD_ and its name in upper case with '-'\n\
-         as '_' (e.g. ETCD_INITIAL_CLUSTER); the command-line flag wins.\n\n\
+         as '_' (e.g. ETCD_INITIAL_CLUSTER); the command-line flag wins. With --config-file\n\
+         (or ETCD_CONFIG_FILE), etcd's YAML keys replace every other flag and variable.\n\n\
          etcd flags accepted but ignored, with a warning, because they only tune etcd's\n\
          internals:\n{}\n\n\
          etcd flags QuantyKube does not implement yet (refused, unless set to the value\n\
