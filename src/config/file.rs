@@ -15,14 +15,20 @@
 //!   unmarshal string into Go struct field configYAML.heartbeat-interval of type uint`,
 //!   and malformed YAML is `error converting YAML to JSON: yaml: line 2: ...`.
 //!
-//! This module owns turning a document into settings. It never reads the file (the
-//! caller passes its text), never interprets a value beyond its Go type, and never logs.
+//! This module owns turning a document into settings, split by the flag table as the
+//! command line's are. It touches the disk only in `read_config_file` (the reader
+//! `config::parse` passes; tests pass their own), never interprets a value beyond its
+//! Go type, and never logs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Number, Value};
 
 use super::file_keys::{GoType, Node, Section, Target, ROOT};
-use super::scan::{Origin, Setting};
+use super::flags::{self, EtcdFlag, Treatment};
+use super::scan::{Origin, Setting, Settings};
 use super::ConfigError;
 
 /// What a config file sets.
@@ -35,6 +41,72 @@ pub(super) struct FileSettings {
     pub(super) present: Vec<&'static str>,
     /// Keys etcd would ignore, for a warning.
     pub(super) unknown: Vec<String>,
+}
+
+/// etcd's words for a config file it cannot read (`open x: no such file or directory`).
+pub(super) fn read_config_file(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|error| {
+        let why = match error.kind() {
+            std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+            std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+            std::io::ErrorKind::IsADirectory => {
+                return format!("read {}: is a directory", path.display())
+            }
+            _ => error.to_string(),
+        };
+        format!("open {}: {why}", path.display())
+    })
+}
+
+/// A config file's settings, split as the command line's are, and the flags whose keys
+/// it names (null ones too).
+pub(super) fn settings(
+    text: &str,
+    warnings: &mut Vec<String>,
+) -> Result<(Settings, Vec<&'static str>), ConfigError> {
+    let read = read(text)?;
+    for key in &read.unknown {
+        warnings.push(format!(
+            "config file key {key:?} is not an etcd setting: ignored, as etcd ignores it"
+        ));
+    }
+    let mut settings = BTreeMap::new();
+    let mut others: Vec<(&'static EtcdFlag, Setting)> = Vec::new();
+    for (name, setting) in read.values {
+        // What etcd's file reader leaves at its default: empty URL lists, and a zero
+        // certificate validity.
+        let unset = match name {
+            "listen-peer-urls"
+            | "listen-client-urls"
+            | "listen-client-http-urls"
+            | "initial-advertise-peer-urls"
+            | "advertise-client-urls"
+            | "listen-metrics-urls"
+            | "cors"
+            | "host-whitelist" => setting.value.is_empty(),
+            "self-signed-cert-validity" => setting.value == "0",
+            _ => false,
+        };
+        if unset {
+            continue;
+        }
+        let Some(flag) = flags::lookup(name) else {
+            continue;
+        };
+        if flag.treatment == Treatment::Implemented {
+            settings.insert(flag.name, setting);
+        } else {
+            others.retain(|(f, _)| f.name != flag.name);
+            others.push((flag, setting));
+        }
+    }
+    Ok((
+        Settings {
+            implemented: settings,
+            others,
+        },
+        read.present,
+    ))
 }
 
 /// etcd's prefixes for the two stages of `sigs.k8s.io/yaml` (v1.1 in etcd 3.4, v1.4 in

@@ -337,6 +337,28 @@ pub(super) const MIGRATED_FLAGS: &[(&str, &str)] = &[
     ),
 ];
 
+/// etcd 3.6 refuses both unary-request warning durations when both are non-zero.
+pub(super) fn check_warning_unary_request_duration(
+    others: &[(&'static EtcdFlag, Setting)],
+) -> Result<(), ConfigError> {
+    let non_zero = |name: &str| {
+        others.iter().any(|(f, s)| {
+            f.name == name && parse_go_duration(&s.value).is_ok_and(|nanos| nanos != 0)
+        })
+    };
+    if non_zero("experimental-warning-unary-request-duration")
+        && non_zero("warning-unary-request-duration")
+    {
+        return Err(ConfigError::Invalid(
+            "both --experimental-warning-unary-request-duration and \
+             --warning-unary-request-duration flags are set. Use only \
+             --warning-unary-request-duration"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The etcd flag of that name (without dashes), if there is one.
 pub(super) fn lookup(name: &str) -> Option<&'static EtcdFlag> {
     FLAGS.iter().find(|f| f.name == name)

@@ -8,8 +8,9 @@
 //! etcd's own messages.
 //!
 //! It must never read the process environment itself (the caller passes a lookup
-//! function, so that tests need not mutate the environment), touch the disk, resolve
-//! host names, bind sockets, log or exit the process. [`parse`] returns a [`Config`] and
+//! function, so that tests need not mutate the environment), touch the disk but to read
+//! the `--config-file` (through a reader the caller may replace), resolve host names,
+//! bind sockets, log or exit the process. [`parse`] returns a [`Config`] and
 //! warnings, help or version text, or a [`ConfigError`]; `main` logs, prints and exits.
 //!
 //! The parts, each owning one thing:
@@ -21,7 +22,12 @@
 //!   version text;
 //! - `values`: what a value means: Go's numbers, booleans and durations, URL lists,
 //!   `--initial-cluster`, and etcd's checks and messages for them;
-//! - `compaction`: what `--auto-compaction-mode` and `--auto-compaction-retention` mean.
+//! - `compaction`: what `--auto-compaction-mode` and `--auto-compaction-retention` mean;
+//! - `file` and `file_keys`: `--config-file`, etcd's YAML keys read into the same
+//!   settings (which then replace the command line's and the environment's);
+//! - `gates`: `--feature-gates`, and the experimental flags folded into them;
+//! - `logs`: `--logger`, `--log-level`, `--log-format` and `--log-outputs`;
+//! - `checks`, `tls`, `auth`: the corruption checks', TLS and auth flags.
 //!
 //! This file holds the public types, [`parse`] (which wires the parts together) and
 //! `resolve`, which turns the implemented flags into a [`Config`] in etcd's order of
@@ -56,7 +62,7 @@ use clap::FromArgMatches;
 use url::Url;
 
 use self::cli::{command, help_text, tls_values, version_text, Cli};
-use self::flags::{check_other, env_key, lookup, EtcdFlag, Treatment, MIGRATED_FLAGS};
+use self::flags::{check_other, env_key, MIGRATED_FLAGS};
 use self::gates::GateSource;
 use self::scan::{merge, scan, Origin, Setting, Settings};
 use self::values::{
@@ -311,7 +317,7 @@ where
     I: IntoIterator<Item = S>,
     S: Into<OsString>,
 {
-    parse_with_files(args, env, &read_config_file)
+    parse_with_files(args, env, &file::read_config_file)
 }
 
 /// [`parse`], reading a config file through `read` (its text, or etcd's words for why
@@ -392,7 +398,7 @@ where
                 ));
             }
             let text = read(Path::new(path)).map_err(ConfigError::ConfigFile)?;
-            let (file, present) = from_file(&text, &mut warnings)?;
+            let (file, present) = file::settings(&text, &mut warnings)?;
             (
                 file.implemented,
                 file.others,
@@ -418,7 +424,7 @@ where
             )));
         }
     }
-    check_warning_unary_request_duration(&others)?;
+    flags::check_warning_unary_request_duration(&others)?;
 
     let gate_lookup = |name: &str| {
         settings.get(name).cloned().or_else(|| {
@@ -435,94 +441,6 @@ where
         config: Box::new(config),
         warnings,
     })
-}
-
-/// etcd's words for a config file it cannot read (`open x: no such file or directory`).
-fn read_config_file(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|error| {
-        let why = match error.kind() {
-            std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
-            std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-            std::io::ErrorKind::IsADirectory => {
-                return format!("read {}: is a directory", path.display())
-            }
-            _ => error.to_string(),
-        };
-        format!("open {}: {why}", path.display())
-    })
-}
-
-type Others = Vec<(&'static EtcdFlag, Setting)>;
-
-/// A config file's settings, split as the command line's are, and the flags whose keys
-/// it names (null ones too).
-fn from_file(
-    text: &str,
-    warnings: &mut Vec<String>,
-) -> Result<(Settings, Vec<&'static str>), ConfigError> {
-    let read = file::read(text)?;
-    for key in &read.unknown {
-        warnings.push(format!(
-            "config file key {key:?} is not an etcd setting: ignored, as etcd ignores it"
-        ));
-    }
-    let mut settings = BTreeMap::new();
-    let mut others: Others = Vec::new();
-    for (name, setting) in read.values {
-        // What etcd's file reader leaves at its default: empty URL lists, and a zero
-        // certificate validity.
-        let unset = match name {
-            "listen-peer-urls"
-            | "listen-client-urls"
-            | "listen-client-http-urls"
-            | "initial-advertise-peer-urls"
-            | "advertise-client-urls"
-            | "listen-metrics-urls"
-            | "cors"
-            | "host-whitelist" => setting.value.is_empty(),
-            "self-signed-cert-validity" => setting.value == "0",
-            _ => false,
-        };
-        if unset {
-            continue;
-        }
-        let Some(flag) = lookup(name) else {
-            continue;
-        };
-        if flag.treatment == Treatment::Implemented {
-            settings.insert(flag.name, setting);
-        } else {
-            others.retain(|(f, _)| f.name != flag.name);
-            others.push((flag, setting));
-        }
-    }
-    Ok((
-        Settings {
-            implemented: settings,
-            others,
-        },
-        read.present,
-    ))
-}
-
-/// etcd 3.6 refuses both unary-request warning durations when both are non-zero.
-fn check_warning_unary_request_duration(others: &Others) -> Result<(), ConfigError> {
-    let non_zero = |name: &str| {
-        others.iter().any(|(f, s)| {
-            f.name == name && parse_go_duration(&s.value).is_ok_and(|nanos| nanos != 0)
-        })
-    };
-    if non_zero("experimental-warning-unary-request-duration")
-        && non_zero("warning-unary-request-duration")
-    {
-        return Err(ConfigError::Invalid(
-            "both --experimental-warning-unary-request-duration and \
-             --warning-unary-request-duration flags are set. Use only \
-             --warning-unary-request-duration"
-                .into(),
-        ));
-    }
-    Ok(())
 }
 
 /// etcd's bootstrap checks of `--name`, `--initial-advertise-peer-urls` and
