@@ -14,6 +14,7 @@ pub mod corruption;
 pub mod http;
 pub mod identity;
 pub mod lessor;
+pub mod logging;
 pub mod membership;
 pub mod metrics;
 pub mod node;

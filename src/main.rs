@@ -1,10 +1,9 @@
 //! The `quantykube` binary: etcd's flags in, a running member out.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::process::ExitCode;
 
 use quantykube::config::{self, Invocation};
-use tracing_subscriber::EnvFilter;
 
 fn print(text: &str) {
     let mut out = std::io::stdout().lock();
@@ -71,18 +70,17 @@ fn main() -> ExitCode {
         }
         Invocation::Run { config, warnings } => (config, warnings),
     };
-    // etcd's panic and fatal levels log only errors before dying; tracing stops at error.
-    let level = match config.log_level {
-        config::LogLevel::Panic | config::LogLevel::Fatal => "error",
-        other => other.as_str(),
-    };
-    let filter = EnvFilter::try_from_env("QUANTYKUBE_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(format!("{level},openraft=warn")));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+    if let Err(error) = quantykube::logging::init(&config.logs) {
+        let _ = writeln!(std::io::stderr(), "quantykube: {error}");
+        return ExitCode::FAILURE;
+    }
+    if let Some(path) = &config.config_file {
+        tracing::info!(
+            path = %path.display(),
+            "loaded server configuration, other configuration command line flags and \
+             environment variables will be ignored if provided"
+        );
+    }
     for warning in &warnings {
         tracing::warn!("{warning}");
     }

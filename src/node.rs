@@ -206,8 +206,8 @@ impl Node {
             .then_some(metrics.current_term)
     }
 
-    /// A channel to the current leader's first published client URL, if a leader is
-    /// known and has published one.
+    /// A channel to the current leader's first published TCP client URL (a unix socket
+    /// is the leader host's own), if a leader is known and has published one.
     pub async fn leader_channel(&self) -> Result<tonic::transport::Channel, Status> {
         let leader = self
             .raft
@@ -217,7 +217,12 @@ impl Node {
             .ok_or_else(status::no_leader)?;
         let url = store::read_member_attributes(&self.store, leader)
             .map_err(status::from_store)?
-            .and_then(|attributes| attributes.client_urls.into_iter().next())
+            .and_then(|attributes| {
+                attributes
+                    .client_urls
+                    .into_iter()
+                    .find(|u| u.starts_with("http://") || u.starts_with("https://"))
+            })
             .ok_or_else(status::no_leader)?;
         let endpoint = tonic::transport::Endpoint::from_shared(url)
             .map_err(|e| status::internal("leader client url", &e))?

@@ -73,9 +73,23 @@ pub(super) struct Cli {
     /// Maximum number of operations permitted in a transaction [default: 128]
     #[arg(long, value_name = "N")]
     max_txn_ops: Option<String>,
+    /// Path to the server configuration file (etcd's YAML keys); when given, every other
+    /// flag and ETCD_* variable is ignored
+    #[arg(long, value_name = "FILE")]
+    config_file: Option<String>,
     /// Log level: debug, info, warn, error, panic or fatal [default: info]
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
+    /// Log format: json or console [default: json]
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<String>,
+    /// Where logs go, comma-separated: default (stderr), stderr, stdout or file paths
+    /// [default: default]
+    #[arg(long, value_name = "OUTPUTS")]
+    log_outputs: Option<String>,
+    /// Only 'zap' (etcd's structured logger; the format is --log-format's) [default: zap]
+    #[arg(long, value_name = "LOGGER")]
+    logger: Option<String>,
     /// Duration of periodic watch progress notifications, e.g. 10m, 5s, 500ms [default: 10m]
     #[arg(long, value_name = "DURATION")]
     watch_progress_notify_interval: Option<String>,
@@ -155,9 +169,9 @@ pub(super) struct Cli {
     /// Deprecated (etcd 3.6) name of --compact-hash-check-time
     #[arg(long, value_name = "DURATION")]
     experimental_compact_hash_check_time: Option<String>,
-    /// etcd 3.6's feature gates, as Key=true|false,... (InitialCorruptCheck and
-    /// CompactHashCheck are acted on; the others are accepted with a warning; unknown ones
-    /// are refused)
+    /// etcd 3.6's feature gates, as Key=true|false,... (InitialCorruptCheck,
+    /// CompactHashCheck and SetMemberLocalAddr are acted on; the others are accepted,
+    /// with a warning where QuantyKube behaves otherwise; unknown ones are refused)
     #[arg(long, value_name = "GATES")]
     feature_gates: Option<String>,
 }
@@ -184,7 +198,11 @@ impl Cli {
             ("quota-backend-bytes", self.quota_backend_bytes),
             ("max-request-bytes", self.max_request_bytes),
             ("max-txn-ops", self.max_txn_ops),
+            ("config-file", self.config_file),
             ("log-level", self.log_level),
+            ("log-format", self.log_format),
+            ("log-outputs", self.log_outputs),
+            ("logger", self.logger),
             (
                 "watch-progress-notify-interval",
                 self.watch_progress_notify_interval,
@@ -305,7 +323,8 @@ fn after_help() -> String {
     format!(
         "Flags follow Go's syntax, as etcd's do: -name x, -name=x, --name x and --name=x all\n\
          work. Every flag can also be set through ETCD_ and its name in upper case with '-'\n\
-         as '_' (e.g. ETCD_INITIAL_CLUSTER); the command-line flag wins.\n\n\
+         as '_' (e.g. ETCD_INITIAL_CLUSTER); the command-line flag wins. With --config-file\n\
+         (or ETCD_CONFIG_FILE), etcd's YAML keys replace every other flag and variable.\n\n\
          etcd flags accepted but ignored, with a warning, because they only tune etcd's\n\
          internals:\n{}\n\n\
          etcd flags QuantyKube does not implement yet (refused, unless set to the value\n\

@@ -8,7 +8,7 @@
 //! [`Config`](super::Config) (`resolve` does) nor scans arguments, and it must never
 //! read the environment, log or exit: warnings go to the caller's list.
 
-use super::scan::{Origin, Setting};
+use super::scan::Setting;
 use super::values::{parse_go_bool, parse_go_duration, parse_go_int, parse_go_uint, SYNTAX_ERROR};
 use super::ConfigError;
 
@@ -118,6 +118,8 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     // QuantyKube's own: etcd fixes revision mode's interval at 5 minutes.
     flag("auto-compaction-revision-interval", Text, Implemented),
     flag("force-new-cluster", Bool, Implemented),
+    // config/file.rs: the file replaces the command line and the environment.
+    flag("config-file", Text, Implemented),
     // Corruption checks and feature gates (config/checks.rs).
     flag("experimental-initial-corrupt-check", Bool, Implemented),
     flag("corrupt-check-time", Dur, Implemented),
@@ -195,9 +197,9 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("cors", Text, HTTP),
     flag("host-whitelist", Text, HTTP),
     // Logging, metrics, profiling, tracing.
-    flag("logger", Text, OBSERVE),
-    flag("log-outputs", Text, OBSERVE),
-    flag("log-format", Text, OBSERVE),
+    flag("logger", Text, Implemented),
+    flag("log-outputs", Text, Implemented),
+    flag("log-format", Text, Implemented),
     flag("enable-log-rotation", Bool, OBSERVE),
     flag("log-rotation-config-json", Text, OBSERVE),
     flag("enable-pprof", Bool, OBSERVE),
@@ -229,7 +231,6 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
         OBSERVE,
     ),
     // Not implemented yet: storage layout, extra listeners, bootstrap, raft options.
-    flag("config-file", Text, REFUSED),
     flag("wal-dir", Text, REFUSED),
     flag("enable-grpc-gateway", Bool, only("false")),
     flag("pre-vote", Bool, only("true")),
@@ -336,6 +337,28 @@ pub(super) const MIGRATED_FLAGS: &[(&str, &str)] = &[
     ),
 ];
 
+/// etcd 3.6 refuses both unary-request warning durations when both are non-zero.
+pub(super) fn check_warning_unary_request_duration(
+    others: &[(&'static EtcdFlag, Setting)],
+) -> Result<(), ConfigError> {
+    let non_zero = |name: &str| {
+        others.iter().any(|(f, s)| {
+            f.name == name && parse_go_duration(&s.value).is_ok_and(|nanos| nanos != 0)
+        })
+    };
+    if non_zero("experimental-warning-unary-request-duration")
+        && non_zero("warning-unary-request-duration")
+    {
+        return Err(ConfigError::Invalid(
+            "both --experimental-warning-unary-request-duration and \
+             --warning-unary-request-duration flags are set. Use only \
+             --warning-unary-request-duration"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The etcd flag of that name (without dashes), if there is one.
 pub(super) fn lookup(name: &str) -> Option<&'static EtcdFlag> {
     FLAGS.iter().find(|f| f.name == name)
@@ -382,7 +405,7 @@ pub(super) fn check_other(
             if accepted.as_deref() != Some(value.as_str()) {
                 return Err(ConfigError::Unimplemented {
                     flag: flag.name,
-                    from_env: matches!(setting.origin, Origin::Env(_)),
+                    subject: setting.origin.subject(),
                     only: ours.filter(|o| !o.is_empty()),
                 });
             }

@@ -8,8 +8,9 @@
 //! etcd's own messages.
 //!
 //! It must never read the process environment itself (the caller passes a lookup
-//! function, so that tests need not mutate the environment), touch the disk, resolve
-//! host names, bind sockets, log or exit the process. [`parse`] returns a [`Config`] and
+//! function, so that tests need not mutate the environment), touch the disk but to read
+//! the `--config-file` (through a reader the caller may replace), resolve host names,
+//! bind sockets, log or exit the process. [`parse`] returns a [`Config`] and
 //! warnings, help or version text, or a [`ConfigError`]; `main` logs, prints and exits.
 //!
 //! The parts, each owning one thing:
@@ -21,7 +22,12 @@
 //!   version text;
 //! - `values`: what a value means: Go's numbers, booleans and durations, URL lists,
 //!   `--initial-cluster`, and etcd's checks and messages for them;
-//! - `compaction`: what `--auto-compaction-mode` and `--auto-compaction-retention` mean.
+//! - `compaction`: what `--auto-compaction-mode` and `--auto-compaction-retention` mean;
+//! - `file` and `file_keys`: `--config-file`, etcd's YAML keys read into the same
+//!   settings (which then replace the command line's and the environment's);
+//! - `gates`: `--feature-gates`, and the experimental flags folded into them;
+//! - `logs`: `--logger`, `--log-level`, `--log-format` and `--log-outputs`;
+//! - `checks`, `tls`, `auth`: the corruption checks', TLS and auth flags.
 //!
 //! This file holds the public types, [`parse`] (which wires the parts together) and
 //! `resolve`, which turns the implemented flags into a [`Config`] in etcd's order of
@@ -31,18 +37,25 @@ mod auth;
 mod checks;
 mod cli;
 mod compaction;
+mod file;
+mod file_keys;
 mod flags;
+mod gates;
+mod logs;
 mod scan;
 mod tls;
 mod values;
 
 pub use self::compaction::{AutoCompaction, DEFAULT_REVISION_COMPACTION_INTERVAL};
+pub use self::gates::{FeatureGates, Gate};
+pub use self::logs::{LogFormat, LogOutput, LogSettings};
 pub use self::tls::{CipherSuite, TlsInfo, TlsPolicy, TlsSettings, TlsVersion};
 
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
 use std::fmt;
-use std::path::PathBuf;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::FromArgMatches;
@@ -50,11 +63,12 @@ use url::Url;
 
 use self::cli::{command, help_text, tls_values, version_text, Cli};
 use self::flags::{check_other, env_key, MIGRATED_FLAGS};
-use self::scan::{merge, scan, Setting, Settings};
+use self::gates::GateSource;
+use self::scan::{merge, scan, Origin, Setting, Settings};
 use self::values::{
     advertise_urls, check_initial_cluster, is_version, listen_urls, optional_listen_urls,
-    parse_go_bool, parse_go_duration, parse_go_int, parse_initial_cluster, parse_log_level,
-    to_usize, uint_setting, SYNTAX_ERROR,
+    parse_go_bool, parse_go_duration, parse_go_int, parse_initial_cluster, to_usize, uint_setting,
+    SYNTAX_ERROR,
 };
 
 /// The etcd server version reported by `Maintenance.Status` unless `--etcd-version` says otherwise.
@@ -121,7 +135,8 @@ pub struct Config {
     pub quota_backend_bytes_flag: i64,
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
-    pub log_level: LogLevel,
+    /// `--log-level`, `--log-format`, `--log-outputs` (and `--logger`, checked only).
+    pub logs: LogSettings,
     /// Always positive: etcd's default for values <= 0 and its 100 ms floor already applied.
     pub watch_progress_notify_interval: Duration,
     /// `--experimental-lease-checkpoint-interval`: how often the leader records every
@@ -163,6 +178,15 @@ pub struct Config {
     pub auto_compaction: Option<AutoCompaction>,
     /// `--force-new-cluster`: restart this member's data as a one-member cluster.
     pub force_new_cluster: bool,
+    /// `--feature-gates`, with the old experimental flags folded in.
+    pub feature_gates: FeatureGates,
+    /// The `SetMemberLocalAddr` gate: the address this member's peer connections leave
+    /// from (the first advertised peer URL's IP that is neither loopback nor
+    /// unspecified).
+    pub peer_local_address: Option<IpAddr>,
+    /// `--config-file` (or `ETCD_CONFIG_FILE`): the file everything above came from, the
+    /// command line and the environment being ignored.
+    pub config_file: Option<PathBuf>,
 }
 
 /// One `name=url` group of `--initial-cluster`; a name given several times has several URLs.
@@ -238,14 +262,17 @@ pub enum ConfigError {
     #[error("{0}")]
     Syntax(String),
     /// An etcd flag QuantyKube does not implement yet, set to a value that would matter.
-    #[error("{}", unimplemented_message(.flag, *.from_env, *.only))]
+    #[error("{}", unimplemented_message(.flag, .subject, *.only))]
     Unimplemented {
         flag: &'static str,
-        /// Set through its `ETCD_*` variable rather than on the command line.
-        from_env: bool,
+        /// Where it was set: `--flag`, `ETCD_FLAG (--flag)` or `config file key k (--flag)`.
+        subject: String,
         /// The one value that is accepted, because QuantyKube behaves that way anyway.
         only: Option<&'static str>,
     },
+    /// A config file that cannot be read or decoded, in etcd's words.
+    #[error("{0}")]
+    ConfigFile(String),
     /// A value that does not parse; `origin` is `flag --x` or `ETCD_X`.
     #[error("invalid value {value:?} for {origin}: {reason}")]
     InvalidValue {
@@ -269,12 +296,7 @@ impl ConfigError {
     }
 }
 
-fn unimplemented_message(flag: &str, from_env: bool, only: Option<&str>) -> String {
-    let subject = if from_env {
-        format!("{} (--{flag})", env_key(flag))
-    } else {
-        format!("--{flag}")
-    };
+fn unimplemented_message(flag: &str, subject: &str, only: Option<&str>) -> String {
     match only {
         Some(v) => format!(
             "{subject} is an etcd flag that QuantyKube does not implement yet \
@@ -286,10 +308,25 @@ fn unimplemented_message(flag: &str, from_env: bool, only: Option<&str>) -> Stri
 
 /// Parses `args` (program name first, as `std::env::args_os()` yields them) and the
 /// `ETCD_*` variables that `env` returns; an empty variable counts as unset, as in etcd.
+/// A `--config-file` (or `ETCD_CONFIG_FILE`) is read from the file system.
 ///
 /// A command-line flag wins over its environment variable (etcd refuses to start when
 /// both are set; we warn instead).
 pub fn parse<I, S>(args: I, env: &dyn Fn(&str) -> Option<String>) -> Result<Invocation, ConfigError>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<OsString>,
+{
+    parse_with_files(args, env, &file::read_config_file)
+}
+
+/// [`parse`], reading a config file through `read` (its text, or etcd's words for why
+/// it cannot be read).
+pub fn parse_with_files<I, S>(
+    args: I,
+    env: &dyn Fn(&str) -> Option<String>,
+    read: &dyn Fn(&Path) -> Result<String, String>,
+) -> Result<Invocation, ConfigError>
 where
     I: IntoIterator<Item = S>,
     S: Into<OsString>,
@@ -329,6 +366,48 @@ where
         return Ok(Invocation::Version(version_text(etcd_version)));
     }
 
+    // etcd reads ETCD_CONFIG_FILE only when the flag is empty, and then ignores every
+    // other flag and variable.
+    let config_file = settings
+        .get("config-file")
+        .map(|s| s.value.clone())
+        .filter(|v| !v.is_empty())
+        .or_else(|| env(&env_key("config-file")).filter(|v| !v.is_empty()));
+    let (settings, others, present, source) = match &config_file {
+        None => (settings, others, Vec::new(), GateSource::CommandLine),
+        Some(path) => {
+            let ignored: Vec<String> = settings
+                .values()
+                .chain(others.iter().map(|(_, s)| s))
+                .filter(|s| {
+                    !matches!(
+                        s.origin,
+                        Origin::Flag("config-file") | Origin::Env("config-file")
+                    )
+                })
+                .map(|s| match s.origin {
+                    Origin::Env(name) => env_key(name),
+                    other => other.subject(),
+                })
+                .collect();
+            warnings.clear();
+            if !ignored.is_empty() {
+                warnings.push(format!(
+                    "ignoring {} because --config-file is given (as etcd does)",
+                    ignored.join(", ")
+                ));
+            }
+            let text = read(Path::new(path)).map_err(ConfigError::ConfigFile)?;
+            let (file, present) = file::settings(&text, &mut warnings)?;
+            (
+                file.implemented,
+                file.others,
+                present,
+                GateSource::ConfigFile,
+            )
+        }
+    };
+
     for (flag, setting) in &others {
         check_other(flag, setting, &mut warnings)?;
     }
@@ -336,6 +415,7 @@ where
         .keys()
         .copied()
         .chain(others.iter().map(|(f, _)| f.name))
+        .chain(present)
         .collect();
     for (old, new) in MIGRATED_FLAGS {
         if explicit.contains(old) && explicit.contains(new) {
@@ -344,8 +424,19 @@ where
             )));
         }
     }
+    flags::check_warning_unary_request_duration(&others)?;
 
-    let config = resolve(&settings, &mut warnings)?;
+    let gate_lookup = |name: &str| {
+        settings.get(name).cloned().or_else(|| {
+            others
+                .iter()
+                .find(|(f, _)| f.name == name)
+                .map(|(_, s)| s.clone())
+        })
+    };
+    let feature_gates = gates::resolve(&gate_lookup, source, &mut warnings)?;
+    let mut config = resolve(&settings, source, feature_gates, &mut warnings)?;
+    config.config_file = config_file.map(PathBuf::from);
     Ok(Invocation::Run {
         config: Box::new(config),
         warnings,
@@ -394,17 +485,16 @@ pub fn restore_members(
 /// etcd validates them, so that the first error is etcd's first error.
 fn resolve(
     settings: &BTreeMap<&'static str, Setting>,
+    source: GateSource,
+    feature_gates: FeatureGates,
     warnings: &mut Vec<String>,
 ) -> Result<Config, ConfigError> {
     let get = |name: &str| settings.get(name);
     let text =
         |name: &str, default: &str| get(name).map_or(default.to_string(), |s| s.value.clone());
+    let from_file = source == GateSource::ConfigFile;
 
-    let log_level = match get("log-level") {
-        None => LogLevel::Info,
-        Some(s) => parse_log_level(&s.value)
-            .ok_or_else(|| s.invalid("only supports debug, info, warn, error, panic, or fatal"))?,
-    };
+    let logs = logs::resolve(settings, warnings)?;
 
     let listen_peer_urls = listen_urls(
         get("listen-peer-urls"),
@@ -421,8 +511,9 @@ fn resolve(
         "initial-advertise-peer-urls",
         DEFAULT_PEER_URLS,
     )?;
-    if get("listen-client-urls").is_some() && get("advertise-client-urls").is_none() {
-        // etcd drops its default advertise URL once the listen URL is chosen, then refuses.
+    if !from_file && get("listen-client-urls").is_some() && get("advertise-client-urls").is_none() {
+        // etcd drops its default advertise URL once the listen URL is chosen on the
+        // command line, then refuses (its file reader keeps the default).
         return Err(ConfigError::Invalid(
             "--advertise-client-urls is required when --listen-client-urls is set explicitly"
                 .into(),
@@ -438,7 +529,15 @@ fn resolve(
         None => ClusterState::New,
         Some(s) => match s.value.as_str() {
             "new" => ClusterState::New,
+            // etcd's file reader counts an empty state as "new".
+            "" if from_file => ClusterState::New,
             "existing" => ClusterState::Existing,
+            _ if from_file => {
+                return Err(ConfigError::Invalid(format!(
+                    "unexpected clusterState {:?}",
+                    s.value
+                )))
+            }
             _ => return Err(s.invalid(r#"valid values are "new" and "existing""#)),
         },
     };
@@ -480,8 +579,11 @@ fn resolve(
     let initial_cluster = match get("initial-cluster") {
         Some(s) => parse_initial_cluster(s)?,
         // etcd clears its default initial cluster once a discovery flag is set: the SRV
-        // records give it (and with only --discovery-srv-name, nothing does).
-        None if discovery_srv.is_some() || discovery_srv_name.is_some() => Vec::new(),
+        // records give it (and with only --discovery-srv-name, nothing does; its file
+        // reader looks at --discovery-srv only).
+        None if discovery_srv.is_some() || (!from_file && discovery_srv_name.is_some()) => {
+            Vec::new()
+        }
         None => vec![ClusterMember {
             // etcd builds its default from the name, falling back to "default" when empty.
             name: if name.is_empty() {
@@ -550,7 +652,7 @@ fn resolve(
     };
     let max_learners = uint_setting(get("max-learners"), 1)?;
     let max_learners = to_usize(get("max-learners"), max_learners)?;
-    let checks = checks::corruption_checks(settings, warnings)?;
+    let checks = checks::corruption_checks(settings, &feature_gates, warnings)?;
 
     let force_new_cluster = match get("force-new-cluster") {
         None => false,
@@ -574,6 +676,19 @@ fn resolve(
     )?;
 
     let auth = auth::resolve_auth(settings, tls.client.client_cert_auth)?;
+    let peer_local_address = if feature_gates.enabled(Gate::SetMemberLocalAddr) {
+        let address = member_local_address(&initial_advertise_peer_urls);
+        if address.is_none() {
+            warnings.push(format!(
+                "unable to set a member local address due to lack of suitable local \
+                 addresses (advertise-peer-urls {})",
+                initial_advertise_peer_urls.join(",")
+            ));
+        }
+        address
+    } else {
+        None
+    };
     Ok(Config {
         name,
         data_dir,
@@ -591,7 +706,7 @@ fn resolve(
         quota_backend_bytes_flag,
         max_request_bytes,
         max_txn_ops,
-        log_level,
+        logs,
         watch_progress_notify_interval,
         lease_checkpoint_interval,
         etcd_version,
@@ -608,6 +723,23 @@ fn resolve(
         auto_compaction,
         force_new_cluster,
         auth,
+        feature_gates,
+        peer_local_address,
+        config_file: None,
+    })
+}
+
+/// etcd's `InferLocalAddr`: the first advertised peer URL whose host is an IP address
+/// that is neither loopback nor unspecified.
+fn member_local_address(advertised: &[String]) -> Option<IpAddr> {
+    advertised.iter().find_map(|u| {
+        let host = Url::parse(u)
+            .ok()?
+            .host_str()?
+            .trim_matches(['[', ']'])
+            .to_string();
+        let ip: IpAddr = host.parse().ok()?;
+        (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
     })
 }
 
@@ -646,5 +778,7 @@ fn watch_progress_interval(
     Ok(interval)
 }
 
+#[cfg(test)]
+mod file_tests;
 #[cfg(test)]
 mod tests;

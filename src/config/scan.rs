@@ -85,6 +85,18 @@ pub(super) fn scan(args: &[String]) -> Result<Scan, ConfigError> {
             Treatment::Implemented if flag.name == "version" => {
                 scan.version = parse_go_bool(&value) == Some(true);
             }
+            // Go's flag package calls the gates' `Set` once per occurrence, and each adds
+            // to the gates already set.
+            Treatment::Implemented if flag.name == "feature-gates" => {
+                let prefix = "--feature-gates=";
+                match scan.forwarded.iter_mut().find(|f| f.starts_with(prefix)) {
+                    Some(earlier) => {
+                        earlier.push(',');
+                        earlier.push_str(&value);
+                    }
+                    None => scan.forwarded.push(format!("{prefix}{value}")),
+                }
+            }
             // `=` keeps clap from reading a value that starts with '-' as a flag.
             Treatment::Implemented => scan.forwarded.push(format!("--{}={value}", flag.name)),
             _ => {
@@ -164,6 +176,12 @@ pub(super) fn merge(
 pub(super) enum Origin {
     Flag(&'static str),
     Env(&'static str),
+    /// A `--config-file` key (its path from the top, e.g.
+    /// `peer-transport-security.cert-file`) and the flag it sets.
+    File {
+        key: &'static str,
+        flag: &'static str,
+    },
 }
 
 impl Origin {
@@ -172,6 +190,7 @@ impl Origin {
         match self {
             Origin::Flag(name) => format!("flag --{name}"),
             Origin::Env(name) => env_key(name),
+            Origin::File { key, .. } => format!("config file key {key}"),
         }
     }
 
@@ -180,6 +199,7 @@ impl Origin {
         match self {
             Origin::Flag(name) => format!("--{name}"),
             Origin::Env(name) => format!("{} (--{name})", env_key(name)),
+            Origin::File { key, flag } => format!("config file key {key} (--{flag})"),
         }
     }
 }

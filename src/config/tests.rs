@@ -101,7 +101,7 @@ fn defaults_without_flags_are_etcds() {
     assert_eq!(config.quota_backend_bytes, Some(2 << 30));
     assert_eq!(config.max_request_bytes, 1_572_864);
     assert_eq!(config.max_txn_ops, 128);
-    assert_eq!(config.log_level, LogLevel::Info);
+    assert_eq!(config.logs.level, LogLevel::Info);
     assert_eq!(
         config.watch_progress_notify_interval,
         Duration::from_secs(600)
@@ -155,7 +155,7 @@ fn typed_flags_parse() {
     assert_eq!(config.quota_backend_bytes, None);
     assert_eq!(config.max_request_bytes, 2 << 20);
     assert_eq!(config.max_txn_ops, 1024);
-    assert_eq!(config.log_level, LogLevel::Warn);
+    assert_eq!(config.logs.level, LogLevel::Warn);
     assert_eq!(
         config.watch_progress_notify_interval,
         Duration::from_secs(90)
@@ -205,10 +205,6 @@ fn environment_is_used_and_the_flag_wins() {
 #[test]
 fn unimplemented_flags_are_refused_by_name() {
     assert_eq!(
-        error(&["--config-file", "/etc/etcd.yaml"]),
-        "--config-file is an etcd flag that QuantyKube does not implement yet"
-    );
-    assert_eq!(
         error(&["-wal-dir=/wal"]),
         "--wal-dir is an etcd flag that QuantyKube does not implement yet"
     );
@@ -218,7 +214,6 @@ fn unimplemented_flags_are_refused_by_name() {
         err,
         ConfigError::Unimplemented {
             flag: "wal-dir",
-            from_env: true,
             ..
         }
     ));
@@ -755,7 +750,7 @@ fn corruption_check_flags_and_feature_gates_read_as_etcd_reads_them() {
         .any(|w| w.contains("--experimental-corrupt-check-time is deprecated")));
     assert!(warnings
         .iter()
-        .any(|w| w.contains("--feature-gates LeaseCheckpoint=true is accepted")));
+        .any(|w| w.contains("checkpointing is enabled without persistence")));
     // A negative period, as etcd, runs no check.
     assert_eq!(
         run(&["--corrupt-check-time=-1s"]).corrupt_check_time,

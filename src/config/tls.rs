@@ -408,7 +408,7 @@ pub(super) fn check_secure_urls(
 ) -> Result<(), ConfigError> {
     let has_client = !tls.client.is_empty() || tls.client.auto_tls;
     let has_peer = !tls.peer.is_empty() || tls.peer.auto_tls;
-    let secure = |u: &&Url| u.scheme() == "https";
+    let secure = |u: &&Url| matches!(u.scheme(), "https" | "unixs");
     if !has_client {
         if let Some(u) = listen_client_urls
             .iter()

@@ -192,31 +192,54 @@ pub(super) fn is_version(s: &str) -> bool {
 // ---------------------------------------------------------------------------------
 // URLs, as etcd's `types.NewURLs` checks them.
 
-/// A URL in the only form etcd accepts for HTTP: `http://host:port`.
+/// A URL in a form etcd accepts: `http(s)://host:port`, or a unix socket.
 struct CheckedUrl {
     /// As etcd prints it.
     text: String,
-    /// Without IPv6 brackets.
+    /// Without IPv6 brackets; empty for a unix socket.
     host: String,
+    /// `unix://` or `unixs://`: a socket path, not a host and port.
+    unix: bool,
 }
 
-/// etcd's `types.NewURLs` rules for one URL, minus what QuantyKube lacks (unix sockets).
-fn check_url(raw: &str) -> Result<CheckedUrl, String> {
+/// Whether a flag's URLs may name unix sockets: client listeners and advertised client
+/// URLs do (etcd 3.7 stopped asking the latter for a host and port); peers stay TCP.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sockets {
+    Allowed,
+    Refused,
+}
+
+/// etcd's `types.NewURLs` rules for one URL.
+fn check_url(raw: &str, sockets: Sockets) -> Result<CheckedUrl, String> {
     let s = raw.trim();
     let scheme_error = || format!("URL scheme must be http, https, unix, or unixs: {s}");
-    let Some((scheme, rest)) = s.split_once("://") else {
+    let Some((scheme, _)) = s.split_once(':') else {
         return Err(scheme_error());
     };
     let scheme = scheme.to_ascii_lowercase();
     match scheme.as_str() {
-        "http" | "https" => {}
-        "unix" | "unixs" => {
+        "unix" | "unixs" if sockets == Sockets::Refused => {
             return Err(format!(
-                "{s} is a unix socket, which QuantyKube does not implement yet"
+                "{s} is a unix socket; QuantyKube's peers use TCP only (http or https)"
             ))
         }
+        // etcd takes any unix URL; the socket's path is its host and path.
+        "unix" | "unixs" => {
+            return Ok(CheckedUrl {
+                text: format!("{scheme}{}", &s[scheme.len()..]),
+                host: String::new(),
+                unix: true,
+            })
+        }
+        "http" | "https" => {}
         _ => return Err(scheme_error()),
     }
+    let Some((_, rest)) = s.split_once("://") else {
+        return Err(format!(
+            r#"URL address does not have the form "host:port": {s}"#
+        ));
+    };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
     if tail.starts_with('/') {
@@ -237,6 +260,7 @@ fn check_url(raw: &str) -> Result<CheckedUrl, String> {
     Ok(CheckedUrl {
         text: format!("{scheme}://{authority}"),
         host: host.to_string(),
+        unix: false,
     })
 }
 
@@ -257,6 +281,13 @@ fn url_list(
     flag: &'static str,
     default: &str,
 ) -> Result<Vec<CheckedUrl>, ConfigError> {
+    let sockets = match flag {
+        "listen-client-urls"
+        | "listen-client-http-urls"
+        | "listen-metrics-urls"
+        | "advertise-client-urls" => Sockets::Allowed,
+        _ => Sockets::Refused,
+    };
     let owned;
     let setting = match setting {
         Some(s) => s,
@@ -268,7 +299,7 @@ fn url_list(
     let mut urls = setting
         .value
         .split(',')
-        .map(check_url)
+        .map(|u| check_url(u, sockets))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|r| setting.invalid(r))?;
     urls.sort_by(|a, b| a.text.cmp(&b.text));
@@ -297,7 +328,7 @@ pub(super) fn listen_urls(
         .into_iter()
         .map(|u| {
             // etcd binds only to literal IPs (and localhost), never to resolved names.
-            if u.host != "localhost" && u.host.parse::<IpAddr>().is_err() {
+            if !u.unix && u.host != "localhost" && u.host.parse::<IpAddr>().is_err() {
                 return Err(ConfigError::Invalid(format!(
                     "expected IP in URL for binding ({})",
                     u.text
@@ -318,10 +349,16 @@ pub(super) fn advertise_urls(
     default: &str,
 ) -> Result<Vec<String>, ConfigError> {
     let urls = url_list(setting, flag, default)?;
-    if let Some(empty) = urls.iter().find(|u| u.host.is_empty()) {
+    if let Some(empty) = urls.iter().find(|u| !u.unix && u.host.is_empty()) {
         let all: Vec<&str> = urls.iter().map(|u| u.text.as_str()).collect();
+        // etcd 3.7 words the client side's message for its unix URLs.
+        let form = if flag == "advertise-client-urls" {
+            r#"in the format "host:port", "unix:/path/to/socket" or "unixs:/path/to/socket""#
+        } else {
+            r#""host:port""#
+        };
         return Err(ConfigError::Invalid(format!(
-            r#"--{flag} "{}" must be "host:port" (unexpected empty host ({}))"#,
+            r#"--{flag} "{}" must be {form} (unexpected empty host ({}))"#,
             all.join(","),
             empty.text
         )));
@@ -337,7 +374,7 @@ pub(super) fn parse_initial_cluster(setting: &Setting) -> Result<Vec<ClusterMemb
     let mut members: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for item in setting.value.split(',').filter(|i| !i.is_empty()) {
         let (name, url) = item.split_once('=').unwrap_or((item, ""));
-        let url = check_url(url).map_err(|r| setting.invalid(r))?;
+        let url = check_url(url, Sockets::Refused).map_err(|r| setting.invalid(r))?;
         members.entry(name.to_string()).or_default().push(url.text);
     }
     Ok(members

@@ -6,6 +6,7 @@
 //! [`Dialer`] seam. The files are read at each dial, which is rare (channels are pooled),
 //! so that a rotated certificate is used from the next connection on.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -88,16 +89,32 @@ impl OutgoingTls {
 pub struct TlsDialer {
     inner: Arc<dyn Dialer>,
     tls: Option<OutgoingTls>,
+    /// The address connections leave from (the `SetMemberLocalAddr` gate).
+    local_address: Option<IpAddr>,
 }
 
 impl TlsDialer {
     pub fn new(inner: Arc<dyn Dialer>, tls: Option<OutgoingTls>) -> Self {
-        TlsDialer { inner, tls }
+        TlsDialer {
+            inner,
+            tls,
+            local_address: None,
+        }
+    }
+
+    /// Connections leave from `address` instead of the one the system picks.
+    pub fn with_local_address(mut self, address: Option<IpAddr>) -> Self {
+        self.local_address = address;
+        self
     }
 }
 
 impl Dialer for TlsDialer {
     fn dial(&self, endpoint: Endpoint) -> DialFuture {
+        let endpoint = match self.local_address {
+            Some(address) => endpoint.local_address(Some(address)),
+            None => endpoint,
+        };
         if endpoint.uri().scheme_str() != Some("https") {
             return self.inner.dial(endpoint);
         }

@@ -1,5 +1,6 @@
-//! Listeners: every `http://` and `https://` URL of one role (peers, clients, HTTP-only
-//! clients, metrics) bound and merged into one stream of ready connections. A TLS
+//! Listeners: every `http://`, `https://`, `unix://` and `unixs://` URL of one role
+//! (peers, clients, HTTP-only clients, metrics) bound and merged into one stream of
+//! ready connections (unix sockets: `unix`). A TLS
 //! handshake runs on a task of its own, bounded in time, so that a slow or hostile
 //! client never holds up the others; a failed one is logged with the address and the
 //! reason and never reaches the server.
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use futures::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
@@ -24,6 +25,7 @@ use tonic::transport::server::Connected;
 use url::Url;
 
 use super::certs::CertificateFacts;
+use super::unix::{socket_path, NetStream, UnixSocket};
 use super::TransportError;
 
 /// etcd's `tlsHandshakeTimeout`-like bound on one handshake.
@@ -31,15 +33,16 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Accepted connections waiting for the server to take them.
 const BACKLOG: usize = 256;
 
-/// One accepted connection, plain or TLS.
+/// One accepted connection, plain or TLS, over TCP or a unix socket.
 pub enum Connection {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    Plain(NetStream),
+    Tls(Box<tokio_rustls::server::TlsStream<NetStream>>),
 }
 
 /// What the server may know of a connection.
 #[derive(Clone, Debug)]
 pub struct ConnectionInfo {
+    /// None over a unix socket.
     pub remote_addr: Option<SocketAddr>,
     /// The Common Name of the client certificate the handshake verified, if any: with
     /// `--client-cert-auth`, the user a request without a token acts as.
@@ -50,10 +53,10 @@ impl Connected for Connection {
     type ConnectInfo = ConnectionInfo;
 
     fn connect_info(&self) -> ConnectionInfo {
-        let (tcp, client_common_name) = match self {
-            Connection::Plain(tcp) => (tcp, None),
+        let (stream, client_common_name) = match self {
+            Connection::Plain(stream) => (stream, None),
             Connection::Tls(tls) => {
-                let (tcp, session) = tls.get_ref();
+                let (stream, session) = tls.get_ref();
                 // rustls hands out peer certificates only once its verifier accepted
                 // the chain, so the first one is a verified leaf.
                 let common_name = session
@@ -61,11 +64,11 @@ impl Connected for Connection {
                     .and_then(|chain| chain.first())
                     .and_then(|leaf| CertificateFacts::parse(leaf.as_ref()))
                     .and_then(|facts| facts.common_name);
-                (tcp, common_name)
+                (stream, common_name)
             }
         };
         ConnectionInfo {
-            remote_addr: tcp.peer_addr().ok(),
+            remote_addr: stream.peer_addr(),
             client_common_name,
         }
     }
@@ -129,10 +132,36 @@ impl AsyncWrite for Connection {
     }
 }
 
+/// A bound socket.
+enum Socket {
+    Tcp(TcpListener),
+    Unix(UnixSocket),
+}
+
+impl Socket {
+    async fn accept(&self) -> io::Result<(NetStream, Option<SocketAddr>)> {
+        match self {
+            Socket::Tcp(listener) => {
+                let (tcp, remote) = listener.accept().await?;
+                // Go (and so etcd) disables Nagle's algorithm on every TCP connection;
+                // without it a small gRPC response can wait for the client's delayed ACK.
+                if let Err(error) = tcp.set_nodelay(true) {
+                    tracing::debug!(%error, "cannot set TCP_NODELAY on an accepted connection");
+                }
+                Ok((NetStream::Tcp(tcp), Some(remote)))
+            }
+            Socket::Unix(socket) => {
+                let (unix, _) = socket.listener.accept().await?;
+                Ok((NetStream::Unix(unix), None))
+            }
+        }
+    }
+}
+
 /// How one bound socket hands out connections.
 struct Bound {
     url: Url,
-    listener: TcpListener,
+    listener: Socket,
     tls: Option<TlsAcceptor>,
     /// etcd's `checkSAN`: a client certificate with addresses must name the address it
     /// connects from.
@@ -157,12 +186,29 @@ impl Listeners {
     pub async fn bind(urls: &[Url], tls: Option<&ServerTls>) -> Result<Listeners, TransportError> {
         let mut bound = Vec::new();
         for url in urls {
-            let secure = url.scheme() == "https";
+            let secure = matches!(url.scheme(), "https" | "unixs");
             let tls = match (secure, tls) {
                 (false, _) => None,
                 (true, Some(tls)) => Some(tls),
                 (true, None) => return Err(TransportError::NoCertificate(url.to_string())),
             };
+            let acceptor = tls.map(|t| TlsAcceptor::from(t.config.clone()));
+            let check_client_san = tls.is_some_and(|t| t.check_client_san);
+            if matches!(url.scheme(), "unix" | "unixs") {
+                let path = socket_path(url);
+                let socket = UnixSocket::bind(&path).map_err(|source| TransportError::Listen {
+                    url: url.to_string(),
+                    source,
+                })?;
+                tracing::info!(%url, path = %socket.path().display(), tls = secure, "listening");
+                bound.push(Bound {
+                    url: url.clone(),
+                    listener: Socket::Unix(socket),
+                    tls: acceptor,
+                    check_client_san,
+                });
+                continue;
+            }
             let host = url
                 .host_str()
                 .unwrap_or("localhost")
@@ -184,9 +230,9 @@ impl Listeners {
                         tracing::info!(%url, %addr, tls = secure, "listening");
                         bound.push(Bound {
                             url: url.clone(),
-                            listener,
-                            tls: tls.map(|t| TlsAcceptor::from(t.config.clone())),
-                            check_client_san: tls.is_some_and(|t| t.check_client_san),
+                            listener: Socket::Tcp(listener),
+                            tls: acceptor.clone(),
+                            check_client_san,
                         });
                     }
                     Err(error) => last_error = Some(error),
@@ -239,7 +285,7 @@ impl Drop for Incoming {
 async fn accept_loop(bound: Bound, ready: mpsc::Sender<io::Result<Connection>>) {
     let bound = Arc::new(bound);
     loop {
-        let (tcp, remote) = match bound.listener.accept().await {
+        let (stream, remote) = match bound.listener.accept().await {
             Ok(accepted) => accepted,
             Err(error) => {
                 // Out of descriptors, or a connection reset before accept: keep serving.
@@ -248,14 +294,9 @@ async fn accept_loop(bound: Bound, ready: mpsc::Sender<io::Result<Connection>>) 
                 continue;
             }
         };
-        // Go (and so etcd) disables Nagle's algorithm on every TCP connection; without it
-        // a small gRPC response can wait for the client's delayed ACK (~40 ms).
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "cannot set TCP_NODELAY on an accepted connection");
-        }
         match &bound.tls {
             None => {
-                if ready.send(Ok(Connection::Plain(tcp))).await.is_err() {
+                if ready.send(Ok(Connection::Plain(stream))).await.is_err() {
                     return;
                 }
             }
@@ -264,13 +305,13 @@ async fn accept_loop(bound: Bound, ready: mpsc::Sender<io::Result<Connection>>) 
                 let ready = ready.clone();
                 let bound = bound.clone();
                 tokio::spawn(async move {
-                    match handshake(&acceptor, tcp, remote, bound.check_client_san).await {
+                    match handshake(&acceptor, stream, remote, bound.check_client_san).await {
                         Ok(tls) => {
                             let _ = ready.send(Ok(Connection::Tls(Box::new(tls)))).await;
                         }
                         Err(reason) => tracing::warn!(
                             url = %bound.url,
-                            remote = %remote,
+                            remote = %remote.map_or_else(|| "unix socket".to_string(), |r| r.to_string()),
                             %reason,
                             "rejected connection"
                         ),
@@ -283,15 +324,16 @@ async fn accept_loop(bound: Bound, ready: mpsc::Sender<io::Result<Connection>>) 
 
 async fn handshake(
     acceptor: &TlsAcceptor,
-    tcp: TcpStream,
-    remote: SocketAddr,
+    stream: NetStream,
+    remote: Option<SocketAddr>,
     check_client_san: bool,
-) -> Result<tokio_rustls::server::TlsStream<TcpStream>, String> {
-    let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
+) -> Result<tokio_rustls::server::TlsStream<NetStream>, String> {
+    let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
         .await
         .map_err(|_| format!("TLS handshake timed out after {HANDSHAKE_TIMEOUT:?}"))?
         .map_err(|e| format!("TLS handshake error: {}", describe(&e)))?;
-    if check_client_san {
+    // Peers only, and peers are TCP: a unix socket has no address to check.
+    if let (true, Some(remote)) = (check_client_san, remote) {
         let leaf = tls
             .get_ref()
             .1

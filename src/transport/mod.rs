@@ -1,4 +1,5 @@
-//! The transport under every port: listeners for `http://` and `https://` URLs, TLS
+//! The transport under every port: listeners for `http://`, `https://`, `unix://` and
+//! `unixs://` URLs, TLS
 //! with rustls (ring), built once from etcd's flags and re-reading certificates when
 //! their files change, etcd's client-certificate checks, auto-TLS, and TLS on the
 //! connections this member makes to other members.
@@ -9,6 +10,7 @@
 //! - `server_tls`: a side's rustls server configuration and its client-certificate
 //!   verifier;
 //! - `listen`: binding URLs and accepting (handshaking) connections;
+//! - `unix`: unix socket files (naming, stale sockets) and the TCP-or-unix stream;
 //! - `dial`: TLS for outgoing connections, behind the raft crate's `Dialer` seam.
 //!
 //! This module never looks at requests: which service answers a connection is the
@@ -19,6 +21,7 @@ mod certs;
 mod dial;
 mod listen;
 mod server_tls;
+mod unix;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,6 +35,7 @@ use crate::config::{Config, TlsInfo};
 pub use certs::read_certificates;
 pub use dial::{accept_any_server, OutgoingTls, TlsDialer};
 pub use listen::{Connection, ConnectionInfo, Incoming, Listeners, ServerTls};
+pub use unix::{socket_path, NetStream};
 
 /// Why a listener or a TLS configuration could not be set up. Every variant names the
 /// file or URL to fix; none carries key material.
@@ -112,6 +116,7 @@ impl SideTls {
         }
         let mut hosts: Vec<String> = listen_urls
             .iter()
+            .filter(|u| !matches!(u.scheme(), "unix" | "unixs"))
             .filter_map(|u| u.host_str())
             .map(|h| h.trim_matches(['[', ']']).to_string())
             .collect();
@@ -219,20 +224,27 @@ impl Transport {
                 check_client_san,
             }))
         };
-        let outgoing = |side: &SideTls| -> Result<Arc<dyn Dialer>, TransportError> {
+        let outgoing = |side: &SideTls,
+                        local: Option<std::net::IpAddr>|
+         -> Result<Arc<dyn Dialer>, TransportError> {
             let tls = OutgoingTls::new(side, provider.clone());
             if let Some(tls) = &tls {
                 tls.check()?;
             }
-            Ok(Arc::new(TlsDialer::new(base.clone(), tls)))
+            Ok(Arc::new(
+                TlsDialer::new(base.clone(), tls).with_local_address(local),
+            ))
         };
+        if let Some(address) = config.peer_local_address {
+            tracing::info!(local_addr = %address, "setting member local address");
+        }
         Ok(Transport {
             // etcd's client listeners do TLS in the server, not through its
             // `transport` listener, so only peers get the address check.
             client_tls: server(&client, CLIENT_ALPN, false)?,
             peer_tls: server(&peer, PEER_ALPN, !peer.info.skip_client_san_verification)?,
-            client_dialer: outgoing(&client)?,
-            peer_dialer: outgoing(&peer)?,
+            client_dialer: outgoing(&client, None)?,
+            peer_dialer: outgoing(&peer, config.peer_local_address)?,
         })
     }
 }
@@ -240,7 +252,10 @@ impl Transport {
 /// etcd's warnings for `http://` URLs of a side that has certificates: they are served
 /// in plain text, with no client certificate asked for.
 fn warn_plain_urls(side: &SideTls, urls: &[Url], field: &'static str, auth_flag: &str) {
-    for url in urls.iter().filter(|u| u.scheme() == "http") {
+    for url in urls
+        .iter()
+        .filter(|u| matches!(u.scheme(), "http" | "unix"))
+    {
         if side.has_certificate() && !side.self_signed {
             tracing::warn!(
                 url = %url,

@@ -17,6 +17,7 @@ mod auto_compaction;
 mod bench_tool;
 mod cluster_boundaries;
 mod cluster_info;
+mod config_file;
 mod corruption;
 mod differential;
 mod dns;

@@ -1707,9 +1707,15 @@ impl proto::Peer for Peer {
             // authority after a well-formed `scheme://` instead of resetting the stream;
             // anything else stays malformed. CONNECT keeps the strict check: there the
             // authority is the tunnel's target. See QUANTYKUBE-PATCH.md.
+            // Also tolerated: a unix socket's path, which etcd's clientv3 3.4 sends for a
+            // `unix:///path` endpoint; it becomes `localhost`, as grpc-go itself now
+            // sends for unix targets.
             let maybe_authority = match maybe_authority {
                 Err(why) if !is_connect => {
-                    authority_after_scheme(&authority.clone().into_inner()).ok_or(why)
+                    let value = authority.clone().into_inner();
+                    authority_after_scheme(&value)
+                        .or_else(|| unix_socket_authority(&value))
+                        .ok_or(why)
                 }
                 parsed => parsed,
             };
@@ -1814,9 +1820,54 @@ fn authority_after_scheme(value: &Bytes) -> Option<http::uri::Authority> {
     Some(authority)
 }
 
+/// `localhost` for an `:authority` that is an absolute unix socket path (`/run/etcd.sock`),
+/// as grpc-go clients of etcd 3.4 send for `unix:///path` endpoints (and, through
+/// `passthrough:///unix:///path`, with `unix://` or `unixs://` before it).
+///
+/// `None` unless the path starts with one `/` followed by at least one byte, and every
+/// byte is visible ASCII other than `?`, `#` and `@`.
+fn unix_socket_authority(value: &Bytes) -> Option<http::uri::Authority> {
+    let value = value
+        .strip_prefix(b"unix://")
+        .or_else(|| value.strip_prefix(b"unixs://"))
+        .unwrap_or(value);
+    let path_ok = value.len() > 1
+        && value[0] == b'/'
+        && value[1] != b'/'
+        && value
+            .iter()
+            .all(|&c| c.is_ascii_graphic() && !matches!(c, b'?' | b'#' | b'@'));
+    if !path_ok {
+        return None;
+    }
+    tracing::debug!(
+        "tolerated a unix socket path as :authority ({:?}), using \"localhost\"",
+        value
+    );
+    Some(http::uri::Authority::from_static("localhost"))
+}
+
 #[cfg(test)]
 mod quantykube_authority_tests {
-    use super::authority_after_scheme;
+    use super::{authority_after_scheme, unix_socket_authority};
+
+    #[test]
+    fn a_unix_socket_path_is_localhost() {
+        let unix = |v: &'static str| {
+            unix_socket_authority(&Bytes::from_static(v.as_bytes())).map(|a| a.to_string())
+        };
+        assert_eq!(unix("/tmp/etcd.sock").as_deref(), Some("localhost"));
+        assert_eq!(unix("/run/qk/m1:2379").as_deref(), Some("localhost"));
+        assert_eq!(unix("unix:///tmp/etcd.sock").as_deref(), Some("localhost"));
+        assert_eq!(unix("unixs:///tmp/etcd.sock").as_deref(), Some("localhost"));
+        assert_eq!(unix("http:///tmp/etcd.sock"), None);
+        assert_eq!(unix("unix://host/x"), None);
+        for value in [
+            "/", "//host/x", "tmp/x", "/a b", "/a?b", "/a#b", "/u@x", "/\u{e9}",
+        ] {
+            assert_eq!(unix(value), None, "{value:?}");
+        }
+    }
     use bytes::Bytes;
 
     fn after_scheme(value: &'static str) -> Option<String> {
