@@ -635,15 +635,30 @@ where
         let http_on_clients = client_http.is_none();
         let mut routes = api::client_routes(node.clone(), health_service);
         // The gateway calls the gRPC routes in process, through the same layers.
-        let gateway = Some(Arc::new(http::gateway::Gateway::new(
-            api::client_service(node.clone(), routes.clone()),
-            node.limits().max_request_bytes,
-        )));
+        let gateway = config.enable_grpc_gateway.then(|| {
+            Arc::new(http::gateway::Gateway::new(
+                api::client_service(node.clone(), routes.clone()),
+                node.limits().max_request_bytes,
+            ))
+        });
+        let client_surface = http::ClientHttp {
+            gateway,
+            access: Arc::new(http::Access {
+                policy: config.http_access.clone(),
+                refuse_gateway_common_names: config.auth.client_cert_auth
+                    && config.enable_grpc_gateway,
+                node: node.clone(),
+            }),
+        };
         if http_on_clients {
             routes = Routes::from(
                 routes
                     .into_axum_router()
-                    .merge(http::router(node.clone(), Surface::Client, gateway.clone()))
+                    .merge(http::router(
+                        node.clone(),
+                        Surface::Client,
+                        Some(client_surface.clone()),
+                    ))
                     .fallback(http::fallback),
             );
         }
@@ -656,7 +671,7 @@ where
         });
         if let Some(client_http) = client_http {
             let routes = Routes::from(
-                http::router(node.clone(), Surface::Client, gateway.clone())
+                http::router(node.clone(), Surface::Client, Some(client_surface))
                     .fallback(http::fallback),
             );
             let stop = stopped();

@@ -132,6 +132,16 @@ pub(super) struct Cli {
     /// List of URLs to listen on for the metrics and health endpoints
     #[arg(long, value_name = "URLS")]
     listen_metrics_urls: Option<String>,
+    /// Serve the JSON gateway (etcd's /v3/ HTTP API) on the client URLs [default: true]
+    #[arg(long, value_name = "BOOL")]
+    enable_grpc_gateway: Option<String>,
+    /// Comma-separated origins allowed by CORS on the HTTP endpoints [default: *]
+    #[arg(long, value_name = "ORIGINS")]
+    cors: Option<String>,
+    /// Comma-separated Host header values plain HTTP requests may carry, against DNS
+    /// rebinding [default: *]
+    #[arg(long, value_name = "HOSTS")]
+    host_whitelist: Option<String>,
     /// Interpret --auto-compaction-retention as: 'periodic' (a duration, or hours if it
     /// has no unit, e.g. '5m') or 'revision' (a number of revisions) [default: periodic]
     #[arg(long, value_name = "periodic|revision")]
@@ -225,6 +235,9 @@ impl Cli {
             ("discovery-srv-name", self.discovery_srv_name),
             ("listen-client-http-urls", self.listen_client_http_urls),
             ("listen-metrics-urls", self.listen_metrics_urls),
+            ("enable-grpc-gateway", self.enable_grpc_gateway),
+            ("cors", self.cors),
+            ("host-whitelist", self.host_whitelist),
             ("auto-compaction-mode", self.auto_compaction_mode),
             ("auto-compaction-retention", self.auto_compaction_retention),
             (

@@ -206,6 +206,9 @@ experimental-lease-checkpoint-interval: 30s
 etcd-version: 3.5.17
 strict-reconfig-check: false
 max-learners: 3
+enable-grpc-gateway: false
+cors: http://a.example:80,http://b.example:8080
+host-whitelist: localhost
 auto-compaction-mode: revision
 auto-compaction-retention: "1000"
 auto-compaction-revision-interval: 1m
@@ -292,6 +295,12 @@ fn every_implemented_key_sets_what_its_flag_sets() {
     assert_eq!(c.etcd_version, "3.5.17");
     assert!(!c.strict_reconfig_check);
     assert_eq!(c.max_learners, 3);
+    assert!(!c.enable_grpc_gateway);
+    assert_eq!(
+        c.http_access.cors,
+        ["http://a.example:80", "http://b.example:8080"]
+    );
+    assert_eq!(c.http_access.host_whitelist, ["localhost"]);
     assert_eq!(
         c.auto_compaction,
         Some(AutoCompaction::Revision {

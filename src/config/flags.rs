@@ -63,9 +63,6 @@ const DEFRAG: Treatment = Treatment::Tuning(
      hastens that) never stops a member from serving reads and writes",
 );
 const FSYNC: Treatment = Treatment::Tuning("QuantyKube always fsyncs");
-const HTTP: Treatment = Treatment::Tuning(
-    "it only affects etcd's HTTP gateway endpoints, which QuantyKube does not serve",
-);
 const REFUSED: Treatment = Treatment::Unimplemented(Some(""));
 const fn only(value: &'static str) -> Treatment {
     Treatment::Unimplemented(Some(value))
@@ -194,8 +191,8 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("unsafe-no-fsync", Bool, FSYNC),
     flag("experimental-enable-lease-checkpoint", Bool, LEASES),
     flag("experimental-enable-lease-checkpoint-persist", Bool, LEASES),
-    flag("cors", Text, HTTP),
-    flag("host-whitelist", Text, HTTP),
+    flag("cors", Text, Implemented),
+    flag("host-whitelist", Text, Implemented),
     // Logging, metrics, profiling, tracing.
     flag("logger", Text, Implemented),
     flag("log-outputs", Text, Implemented),
@@ -232,7 +229,7 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     ),
     // Not implemented yet: storage layout, extra listeners, bootstrap, raft options.
     flag("wal-dir", Text, REFUSED),
-    flag("enable-grpc-gateway", Bool, only("false")),
+    flag("enable-grpc-gateway", Bool, Implemented),
     flag("pre-vote", Bool, only("true")),
     flag("discovery", Text, REFUSED),
     flag("discovery-fallback", Text, only("exit")),

@@ -171,6 +171,11 @@ pub struct Config {
     pub listen_client_http_urls: Vec<Url>,
     /// `--listen-metrics-urls`: `/metrics` and the health endpoints only.
     pub listen_metrics_urls: Vec<Url>,
+    /// `--enable-grpc-gateway`: the JSON gateway on the client URLs.
+    pub enable_grpc_gateway: bool,
+    /// `--cors` and `--host-whitelist`: what etcd's access controller lets through to
+    /// the HTTP endpoints of the client URLs.
+    pub http_access: HttpAccess,
     /// The TLS flags of both sides.
     pub tls: TlsSettings,
     /// `--auto-compaction-mode` and `--auto-compaction-retention`; `None`: disabled (a
@@ -187,6 +192,45 @@ pub struct Config {
     /// `--config-file` (or `ETCD_CONFIG_FILE`): the file everything above came from, the
     /// command line and the environment being ignored.
     pub config_file: Option<PathBuf>,
+}
+
+/// `--cors` and `--host-whitelist` (etcd's `AccessController`): each a set of allowed
+/// values, where an empty set or one holding `*` allows every value.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HttpAccess {
+    pub cors: Vec<String>,
+    pub host_whitelist: Vec<String>,
+}
+
+impl HttpAccess {
+    fn allows(set: &[String], value: &str) -> bool {
+        set.is_empty() || set.iter().any(|v| v == "*" || v == value)
+    }
+
+    /// Whether CORS allows every origin (etcd then answers `*`).
+    pub fn any_origin(&self) -> bool {
+        Self::allows(&self.cors, "*")
+    }
+
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        Self::allows(&self.cors, origin)
+    }
+
+    pub fn host_allowed(&self, host: &str) -> bool {
+        Self::allows(&self.host_whitelist, host)
+    }
+}
+
+/// etcd's `UniqueStringsValue` for a flag defaulting to `*`: the comma-separated values,
+/// each once, sorted as etcd's `Values()` lists them.
+fn unique_strings(setting: Option<&Setting>) -> Vec<String> {
+    let Some(setting) = setting else {
+        return vec!["*".to_string()];
+    };
+    let mut values: Vec<String> = setting.value.split(',').map(str::to_string).collect();
+    values.sort();
+    values.dedup();
+    values
 }
 
 /// One `name=url` group of `--initial-cluster`; a name given several times has several URLs.
@@ -291,6 +335,9 @@ impl ConfigError {
         match self {
             ConfigError::Usage(e) => e.exit_code(),
             ConfigError::Syntax(_) => 2,
+            // Go's flag package exits with 2 for a value it cannot take; a variable or a
+            // config file key that etcd reads later exits with 1.
+            ConfigError::InvalidValue { origin, .. } if origin.starts_with("flag ") => 2,
             _ => 1,
         }
     }
@@ -666,6 +713,14 @@ fn resolve(
         optional_listen_urls(get("listen-client-http-urls"), "listen-client-http-urls")?;
     let listen_metrics_urls =
         optional_listen_urls(get("listen-metrics-urls"), "listen-metrics-urls")?;
+    let enable_grpc_gateway = match get("enable-grpc-gateway") {
+        None => true,
+        Some(s) => parse_go_bool(&s.value).ok_or_else(|| s.invalid(SYNTAX_ERROR))?,
+    };
+    let http_access = HttpAccess {
+        cors: values::cors_origins(get("cors"))?,
+        host_whitelist: unique_strings(get("host-whitelist")),
+    };
     let tls = tls::resolve(settings)?;
     tls::check_secure_urls(
         &tls,
@@ -719,6 +774,8 @@ fn resolve(
         discovery_srv_name,
         listen_client_http_urls,
         listen_metrics_urls,
+        enable_grpc_gateway,
+        http_access,
         tls,
         auto_compaction,
         force_new_cluster,

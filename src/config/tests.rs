@@ -227,7 +227,10 @@ fn unimplemented_flags_are_refused_by_name() {
          (only --pre-vote=true, which is what QuantyKube does, is accepted)"
     );
     // A bare boolean flag means true, and never takes the next argument.
-    assert!(error(&["--enable-grpc-gateway", "--name", "x"]).starts_with("--enable-grpc-gateway "));
+    assert!(
+        error(&["--discovery-insecure-skip-tls-verify", "--name", "x"])
+            .starts_with("--discovery-insecure-skip-tls-verify ")
+    );
 }
 
 #[test]
@@ -634,6 +637,10 @@ fn unknown_flags_and_words_get_clap_errors() {
     assert_eq!(error(&["--name"]), "flag needs an argument: --name");
     assert_eq!(error(&["---name=x"]), "bad flag syntax: ---name=x");
     assert_eq!(error_with(&["---x"], &no_env).exit_code(), 2);
+    // A value the flag cannot take exits as Go's flag package does; a variable's, later.
+    assert_eq!(error_with(&["--max-txn-ops=-1"], &no_env).exit_code(), 2);
+    let env = |k: &str| (k == "ETCD_MAX_TXN_OPS").then(|| "-1".to_string());
+    assert_eq!(error_with(&[], &env).exit_code(), 1);
 }
 
 #[test]
@@ -792,4 +799,33 @@ fn corruption_check_flags_and_feature_gates_read_as_etcd_reads_them() {
         "--compact-hash-check-time=0s"
     ])
     .contains("--compact-hash-check-time must be >0"));
+}
+
+#[test]
+fn gateway_and_http_access_flags_default_to_etcds() {
+    let config = run(&[]);
+    assert!(config.enable_grpc_gateway);
+    assert_eq!(config.http_access.cors, ["*"]);
+    assert_eq!(config.http_access.host_whitelist, ["*"]);
+    assert!(config.http_access.any_origin());
+    let config = run(&[
+        "--enable-grpc-gateway=false",
+        "--cors=http://b.example:80,http://a.example:8080,http://b.example:80",
+        "--host-whitelist=localhost,127.0.0.1",
+    ]);
+    assert!(!config.enable_grpc_gateway);
+    assert_eq!(
+        config.http_access.cors,
+        ["http://a.example:8080", "http://b.example:80"]
+    );
+    assert!(!config.http_access.any_origin());
+    assert!(config.http_access.origin_allowed("http://a.example:8080"));
+    assert!(!config.http_access.origin_allowed("http://c.example:80"));
+    // Origins are URLs with a port, as etcd checks them.
+    assert_eq!(
+        error(&["--cors=http://a.example"]),
+        "invalid value \"http://a.example\" for flag --cors: URL address does not have the form \"host:port\": http://a.example"
+    );
+    assert!(config.http_access.host_allowed("127.0.0.1"));
+    assert!(!config.http_access.host_allowed("evil.example"));
 }

@@ -307,6 +307,19 @@ fn url_list(
     Ok(urls)
 }
 
+/// `--cors`, etcd's `UniqueURLsWithExceptions("*", "*")`: `*` alone, or URLs checked as
+/// every other URL flag (an origin such as `http://host:port`); unset is `*`.
+pub(super) fn cors_origins(setting: Option<&Setting>) -> Result<Vec<String>, ConfigError> {
+    match setting {
+        None => Ok(vec!["*".to_string()]),
+        Some(s) if s.value == "*" => Ok(vec!["*".to_string()]),
+        Some(s) => Ok(url_list(Some(s), "cors", "")?
+            .into_iter()
+            .map(|u| u.text)
+            .collect()),
+    }
+}
+
 /// A listen URL flag with no default (`--listen-metrics-urls`,
 /// `--listen-client-http-urls`): unset or empty means no listener.
 pub(super) fn optional_listen_urls(

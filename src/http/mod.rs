@@ -8,6 +8,7 @@
 //! meaning (`probes`) and formats no metric (`metrics`); it never calls raft or the
 //! store itself.
 
+mod access;
 pub mod gateway;
 mod health;
 
@@ -20,7 +21,16 @@ use axum::Router;
 
 use crate::node::Node;
 
+pub use access::Access;
 pub use health::Probe;
+
+/// What the client surfaces serve beyond the probes: the gateway (unless
+/// `--enable-grpc-gateway=false`) and etcd's access controller around it all.
+#[derive(Clone)]
+pub struct ClientHttp {
+    pub gateway: Option<Arc<gateway::Gateway>>,
+    pub access: Arc<Access>,
+}
 
 /// What a listener serves over HTTP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,12 +43,12 @@ pub enum Surface {
     Peer,
 }
 
-/// The HTTP routes of `surface`, without a fallback (see [`fallback`]). Client surfaces
-/// serve `gateway` too, when there is one (`--enable-grpc-gateway`).
-pub fn router(node: Arc<Node>, surface: Surface, gateway: Option<Arc<gateway::Gateway>>) -> Router {
-    let mut router = match gateway {
-        Some(gateway) if surface == Surface::Client => gateway::router(gateway),
-        _ => Router::new(),
+/// The HTTP routes of `surface`, without a fallback (see [`fallback`]). A client
+/// surface is given `client`: its gateway and access controller.
+pub fn router(node: Arc<Node>, surface: Surface, client: Option<ClientHttp>) -> Router {
+    let mut router = match client.as_ref().and_then(|c| c.gateway.clone()) {
+        Some(gateway) => gateway::router(gateway),
+        None => Router::new(),
     };
     if surface != Surface::Peer {
         let node = node.clone();
@@ -80,7 +90,13 @@ pub fn router(node: Arc<Node>, surface: Surface, gateway: Option<Arc<gateway::Ga
             any(move |method: Method| version(node.clone(), method)),
         );
     }
-    router
+    match client {
+        Some(client) => router.layer(axum::middleware::from_fn_with_state(
+            client.access,
+            access::control,
+        )),
+        None => router,
+    }
 }
 
 /// etcd 3.6's `/version`: this server's version, the cluster's (major.minor.0) and the

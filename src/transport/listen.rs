@@ -47,6 +47,8 @@ pub struct ConnectionInfo {
     /// The Common Name of the client certificate the handshake verified, if any: with
     /// `--client-cert-auth`, the user a request without a token acts as.
     pub client_common_name: Option<String>,
+    /// Whether the connection is TLS (etcd's `req.TLS != nil`).
+    pub tls: bool,
 }
 
 impl Connected for Connection {
@@ -70,6 +72,7 @@ impl Connected for Connection {
         ConnectionInfo {
             remote_addr: stream.peer_addr(),
             client_common_name,
+            tls: matches!(self, Connection::Tls(_)),
         }
     }
 }

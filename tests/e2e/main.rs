@@ -25,6 +25,7 @@ mod etcdctl;
 mod etcdctl_check;
 mod force_new_cluster;
 mod gateway;
+mod gateway_access;
 mod gateway_differential;
 mod http2_authority;
 mod kubeadm;

@@ -36,6 +36,11 @@ use routes::{Route, Shape, PREFIXES, ROUTES};
 
 use crate::transport::ConnectionInfo;
 
+/// A text quoted as Go's `%q` quotes it (for etcd's texts that quote a value).
+pub fn go_quote(text: &str) -> String {
+    go_json::quote_bytes(text.as_bytes())
+}
+
 /// A route with the descriptors of its request and response.
 struct Resolved {
     route: Route,
