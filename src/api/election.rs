@@ -16,8 +16,8 @@ use crate::concurrency::election::{self as elections, Leadership};
 use crate::concurrency::{cancel, observe, Services};
 use crate::proto::v3electionpb::election_server::Election;
 use crate::proto::v3electionpb::{
-    CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse,
-    ProclaimRequest, ProclaimResponse, ResignRequest, ResignResponse,
+    CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse, ProclaimRequest,
+    ProclaimResponse, ResignRequest, ResignResponse,
 };
 
 /// Proclamations an Observe stream queues for its client; a slower client holds up
@@ -55,11 +55,10 @@ impl Election for ElectionService {
     ) -> Result<Response<CampaignResponse>, Status> {
         let client = self.services.client(Caller::of(&request));
         let CampaignRequest { name, lease, value } = request.into_inner();
-        let (header, leader) = cancel::detached(move |cancel| {
-            elections::campaign(client, name, lease, value, cancel)
-        })
-        .await
-        .map_err(status::from_concurrency)?;
+        let (header, leader) =
+            cancel::detached(move |cancel| elections::campaign(client, name, lease, value, cancel))
+                .await
+                .map_err(status::from_concurrency)?;
         Ok(Response::new(CampaignResponse {
             header: Some(header),
             leader: Some(LeaderKey {

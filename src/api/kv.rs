@@ -130,7 +130,11 @@ impl KvService {
 
     /// What Txn does for `caller`; also the transactions the Lock and Election services
     /// make for their callers.
-    pub(crate) async fn txn_for(&self, caller: &Caller, req: TxnRequest) -> Result<TxnResponse, Status> {
+    pub(crate) async fn txn_for(
+        &self,
+        caller: &Caller,
+        req: TxnRequest,
+    ) -> Result<TxnResponse, Status> {
         validate::txn(&req, self.node.limits().max_txn_ops)?;
         // A transaction that writes nothing is a read: served locally, as etcd does.
         let response = if txn_rules::is_read_only(&req) {

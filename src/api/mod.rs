@@ -105,8 +105,7 @@ pub fn client_routes<H: Health>(node: Arc<Node>, health: HealthServer<H>) -> Rou
     let kv = Arc::new(kv::KvService::new(node.clone()));
     let leases = Arc::new(lease::LeaseService::new(node.clone()));
     // Lock and Election act through KV, Lease and Watch, as etcd's do.
-    let concurrency =
-        crate::concurrency::Services::new(node.clone(), kv.clone(), leases.clone());
+    let concurrency = crate::concurrency::Services::new(node.clone(), kv.clone(), leases.clone());
     let mut routes = Routes::builder();
     routes
         .add_service(KvServer::from_arc(kv).max_decoding_message_size(max))

@@ -65,7 +65,11 @@ impl Client {
             key,
             ..Default::default()
         };
-        Ok(self.services.kv.delete_range_for(&self.caller, delete).await?)
+        Ok(self
+            .services
+            .kv
+            .delete_range_for(&self.caller, delete)
+            .await?)
     }
 
     /// Grants a lease of `ttl` seconds with a server-chosen id.

@@ -44,7 +44,7 @@ pub async fn campaign(
         failure: vec![keys::range_op(keys::get(&key))],
     };
     let response = client.txn(txn).await?;
-    let header = response.header.clone().unwrap_or_default();
+    let header = response.header.unwrap_or_default();
     let mut rev = header.revision;
     if !response.succeeded {
         // Campaigning again with the same lease: the key is the campaign's already.
@@ -94,7 +94,10 @@ pub async fn proclaim(
 
 /// Deletes the leader's key if it still has the leadership's revision; answers the
 /// same whether it did or not.
-pub async fn resign(client: &Client, leader: Leadership) -> Result<ResponseHeader, ConcurrencyError> {
+pub async fn resign(
+    client: &Client,
+    leader: Leadership,
+) -> Result<ResponseHeader, ConcurrencyError> {
     session::lease(client, leader.lease).await?;
     resign_as(client, &leader.key, leader.rev).await
 }
@@ -105,7 +108,9 @@ pub async fn leader(
     client: &Client,
     name: &[u8],
 ) -> Result<(ResponseHeader, KeyValue), ConcurrencyError> {
-    let current = client.range(keys::first_created(&keys::prefix(name))).await?;
+    let current = client
+        .range(keys::first_created(&keys::prefix(name)))
+        .await?;
     let header = current.header.unwrap_or_default();
     match current.kvs.into_iter().next() {
         Some(kv) => Ok((header, kv)),
@@ -132,7 +137,11 @@ async fn proclaim_as(
     Ok(response.header.unwrap_or_default())
 }
 
-async fn resign_as(client: &Client, key: &Bytes, rev: i64) -> Result<ResponseHeader, ConcurrencyError> {
+async fn resign_as(
+    client: &Client,
+    key: &Bytes,
+    rev: i64,
+) -> Result<ResponseHeader, ConcurrencyError> {
     let txn = TxnRequest {
         compare: vec![keys::created_at(key, rev)],
         success: vec![keys::delete_op(key)],

@@ -10,8 +10,7 @@ use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::request_op::Request;
 use crate::proto::etcdserverpb::response_op::Response;
 use crate::proto::etcdserverpb::{
-    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp,
-    ResponseOp,
+    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp,
 };
 
 /// The prefix of every key of lock or election `name`.
@@ -133,7 +132,10 @@ mod tests {
 
     #[test]
     fn holder_keys_spell_the_lease_as_go_does() {
-        assert_eq!(&holder_key(b"l/", 0x2040_a234_737b_130b)[..], b"l/2040a234737b130b");
+        assert_eq!(
+            &holder_key(b"l/", 0x2040_a234_737b_130b)[..],
+            b"l/2040a234737b130b"
+        );
         assert_eq!(&holder_key(b"l/", 255)[..], b"l/ff");
         assert_eq!(&holder_key(b"l/", -1)[..], b"l/-1");
         assert_eq!(&holder_key(b"l/", i64::MIN)[..], b"l/-8000000000000000");

@@ -82,7 +82,7 @@ async fn try_acquire(
         failure: vec![keys::range_op(keys::get(key)), holder()],
     };
     let response = client.txn(txn).await?;
-    let header = response.header.clone().unwrap_or_default();
+    let header = response.header.unwrap_or_default();
     let revision = if response.succeeded {
         header.revision
     } else {
@@ -113,7 +113,9 @@ async fn wait_turn(
     cancel: &mut Cancellation,
 ) -> Result<Option<ResponseHeader>, ConcurrencyError> {
     wait::for_deletes(client, prefix, revision - 1, cancel).await?;
-    let mine = cancel.unless_cancelled(client.range(keys::get(key))).await?;
+    let mine = cancel
+        .unless_cancelled(client.range(keys::get(key)))
+        .await?;
     Ok((!mine.kvs.is_empty()).then(|| mine.header.unwrap_or_default()))
 }
 

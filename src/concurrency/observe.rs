@@ -61,7 +61,7 @@ async fn follow(
                     break 'leader;
                 }
                 if let Some(kv) = event.kv {
-                    send(out, header.clone(), kv).await?;
+                    send(out, header, kv).await?;
                 }
             }
         }

@@ -18,8 +18,7 @@ use tonic::Code;
 use crate::auth_support::{connect_as, enable_auth, root_client};
 use crate::harness::*;
 use crate::lock::{
-    etcdctl_process, holder_key, keys_under, waiting_client, PrefixWatch, HANDOVER_BOUND,
-    SHORT_TTL,
+    etcdctl_process, holder_key, keys_under, waiting_client, PrefixWatch, HANDOVER_BOUND, SHORT_TTL,
 };
 
 fn proclaiming(leader: &LeaderKey) -> Option<ProclaimOptions> {
@@ -101,7 +100,10 @@ async fn campaign_proclaim_leader_and_resign() {
         "election: no leader",
     );
     // Resigning a leadership that ended is no error, and changes nothing.
-    let again = client.resign(resigning(&leader)).await.expect("resign again");
+    let again = client
+        .resign(resigning(&leader))
+        .await
+        .expect("resign again");
     assert_eq!(header_rev(again.header()), revision + 3);
 }
 
@@ -188,7 +190,10 @@ async fn campaigners_on_three_members_lead_in_turn_and_observe_reports_each() {
         .expect("observe task")
         .expect("observe");
     let (key, value, _) = next_proclamation(&mut observer).await;
-    assert_eq!((key.as_str(), value.as_str()), (first.key_str().expect("utf-8"), "v0"));
+    assert_eq!(
+        (key.as_str(), value.as_str()),
+        (first.key_str().expect("utf-8"), "v0")
+    );
     clients[0]
         .proclaim("v0b", proclaiming(&first))
         .await
@@ -228,7 +233,11 @@ async fn a_leader_whose_lease_expires_is_succeeded_and_observed() {
     let cluster = Cluster::start(1).await;
     let mut client = waiting_client(&cluster.endpoints()).await;
     let granted_at = Instant::now();
-    let short = client.lease_grant(SHORT_TTL, None).await.expect("grant").id();
+    let short = client
+        .lease_grant(SHORT_TTL, None)
+        .await
+        .expect("grant")
+        .id();
     let long = client.lease_grant(60, None).await.expect("grant").id();
     client
         .campaign("expiring", "old", short)
@@ -236,7 +245,10 @@ async fn a_leader_whose_lease_expires_is_succeeded_and_observed() {
         .expect("first campaign");
     let mut observer = client.observe("expiring").await.expect("observe");
     let (key, value, _) = next_proclamation(&mut observer).await;
-    assert_eq!((key, value.as_str()), (holder_key("expiring", short), "old"));
+    assert_eq!(
+        (key, value.as_str()),
+        (holder_key("expiring", short), "old")
+    );
 
     let won = client
         .campaign("expiring", "new", long)
@@ -296,7 +308,9 @@ async fn with_auth_elections_act_as_their_caller() {
     auth.role_grant_permission("voter", Permission::read_write("open/").with_prefix())
         .await
         .expect("grant permission");
-    auth.user_add("bob", "bob-pw", None).await.expect("user add");
+    auth.user_add("bob", "bob-pw", None)
+        .await
+        .expect("user add");
     auth.user_grant_role("bob", "voter")
         .await
         .expect("grant role");
@@ -360,7 +374,10 @@ async fn etcdctl_elect_and_its_observer() {
     assert_eq!(first.line().await, "alice");
     let current = client.leader("office").await.expect("leader");
     let kv = current.kv().expect("kv");
-    assert_eq!((kv.key(), kv.value()), (first_key.as_bytes(), &b"alice"[..]));
+    assert_eq!(
+        (kv.key(), kv.value()),
+        (first_key.as_bytes(), &b"alice"[..])
+    );
 
     let mut observer = etcdctl_process(&cluster, &["elect", "-l", "office"]);
     assert_eq!(observer.line().await, first_key);
@@ -377,7 +394,9 @@ async fn etcdctl_elect_and_its_observer() {
     assert_eq!(second.line().await, "bob");
     assert_eq!(observer.line().await, second_key);
     assert_eq!(observer.line().await, "bob");
-    assert!(!keys_under(&mut client, "office/").await.contains(&first_key));
+    assert!(!keys_under(&mut client, "office/")
+        .await
+        .contains(&first_key));
     second.terminate();
     observer.terminate();
 }

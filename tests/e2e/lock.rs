@@ -97,7 +97,10 @@ impl PrefixWatch {
     pub async fn wait_for(&mut self, kind: EventType, key: &str, within: Duration) {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if let Some(at) = self.pending.iter().position(|(k, key_)| *k == kind && key_ == key)
+            if let Some(at) = self
+                .pending
+                .iter()
+                .position(|(k, key_)| *k == kind && key_ == key)
             {
                 self.pending.drain(..=at);
                 return;
@@ -111,7 +114,10 @@ impl PrefixWatch {
 /// The keys under `prefix`.
 pub async fn keys_under(client: &mut Client, prefix: &str) -> Vec<String> {
     let got = client
-        .get(prefix, Some(GetOptions::new().with_prefix().with_keys_only()))
+        .get(
+            prefix,
+            Some(GetOptions::new().with_prefix().with_keys_only()),
+        )
         .await
         .expect("get prefix");
     got.kvs()
@@ -252,7 +258,11 @@ async fn an_expired_holder_hands_the_lock_to_the_next_waiter() {
     let cluster = Cluster::start(1).await;
     let mut client = waiting_client(&cluster.endpoints()).await;
     let granted_at = Instant::now();
-    let short = client.lease_grant(SHORT_TTL, None).await.expect("grant").id();
+    let short = client
+        .lease_grant(SHORT_TTL, None)
+        .await
+        .expect("grant")
+        .id();
     let long = client.lease_grant(60, None).await.expect("grant").id();
     client
         .lock("expiring", with_lease(short))
@@ -315,7 +325,11 @@ async fn a_waiter_whose_lease_expired_is_told_its_session_expired() {
     let cluster = Cluster::start(1).await;
     let mut client = waiting_client(&cluster.endpoints()).await;
     let holder = client.lease_grant(60, None).await.expect("grant").id();
-    let short = client.lease_grant(SHORT_TTL, None).await.expect("grant").id();
+    let short = client
+        .lease_grant(SHORT_TTL, None)
+        .await
+        .expect("grant")
+        .id();
     let held = client
         .lock("session", with_lease(holder))
         .await
@@ -393,7 +407,10 @@ async fn three_members_hand_the_lock_over_between_members() {
     let locked = locked.expect("lock on the leader");
     assert_eq!(locked.key(), holder_key("spread", leases[1]).as_bytes());
     assert!(at - unlocked_at <= HANDOVER_BOUND, "{:?}", at - unlocked_at);
-    assert!(!second.is_finished(), "the second waiter waits for the first");
+    assert!(
+        !second.is_finished(),
+        "the second waiter waits for the first"
+    );
 
     // The holder's lease revoked through the other follower frees it as well.
     let mut on_f2 = cluster.client(f2).await;
@@ -487,8 +504,13 @@ async fn with_auth_the_lock_acts_as_its_caller() {
             assert_eq!(locked.key(), holder_key("allowed", next).as_bytes());
         }
         Target::Etcd => {
-            assert!(locked.is_err(), "etcd 3.4: the abandoned key is still ahead");
-            assert!(keys_under(&mut root, "allowed/").await.contains(&waiter_key));
+            assert!(
+                locked.is_err(),
+                "etcd 3.4: the abandoned key is still ahead"
+            );
+            assert!(keys_under(&mut root, "allowed/")
+                .await
+                .contains(&waiter_key));
         }
     }
 }
@@ -516,7 +538,8 @@ async fn etcdctl_lock_excludes_and_is_excluded_by_the_lock_service() {
     // etcdctl prints the key and its (empty) value once it holds the lock.
     let held_key = holder.line().await;
     assert!(held_key.starts_with("shared/"), "{held_key}");
-    let start = client.get("shared/", Some(GetOptions::new().with_prefix()))
+    let start = client
+        .get("shared/", Some(GetOptions::new().with_prefix()))
         .await
         .expect("get");
     let mut watch = PrefixWatch::open(&mut client, "shared/", header_rev(start.header())).await;
@@ -530,7 +553,14 @@ async fn etcdctl_lock_excludes_and_is_excluded_by_the_lock_service() {
         .await;
     let mut command = etcdctl_process(
         &cluster,
-        &["lock", "shared", "--", "sh", "-c", "echo \"ran with $ETCD_LOCK_KEY\""],
+        &[
+            "lock",
+            "shared",
+            "--",
+            "sh",
+            "-c",
+            "echo \"ran with $ETCD_LOCK_KEY\"",
+        ],
     );
 
     // The holder lets go when signalled; the RPC, first in line, holds next.
