@@ -203,16 +203,17 @@ async fn contending_clients_hold_the_lock_one_at_a_time_in_create_revision_order
     const CLIENTS: usize = 20;
     let cluster = Cluster::start(3).await;
     let order = Arc::new(Mutex::new(Vec::new()));
-    let start = Arc::new(tokio::sync::Barrier::new(CLIENTS));
+    // Every client connects and gets its lease first (a failure fails the test here),
+    // then all ask for the lock at once.
+    let (go, ready) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
     for i in 0..CLIENTS {
-        let endpoint = cluster.endpoint(i % 3);
+        let mut client = waiting_client(&[cluster.endpoint(i % 3)]).await;
+        let lease = client.lease_grant(60, None).await.expect("grant").id();
         let order = order.clone();
-        let start = start.clone();
+        let mut ready = ready.clone();
         tasks.push(tokio::spawn(async move {
-            let mut client = waiting_client(&[endpoint]).await;
-            let lease = client.lease_grant(60, None).await.expect("grant").id();
-            start.wait().await;
+            ready.wait_for(|go| *go).await.expect("start signal");
             let locked = client
                 .lock("contended", with_lease(lease))
                 .await
@@ -238,8 +239,13 @@ async fn contending_clients_hold_the_lock_one_at_a_time_in_create_revision_order
             client.unlock(locked.key()).await.expect("unlock");
         }));
     }
+    go.send(true).expect("contenders wait");
     for task in tasks {
-        task.await.expect("contender");
+        // Each lock waits at most LOCK_WAIT; this bounds a test that would hang.
+        tokio::time::timeout(LOCK_WAIT * 2, task)
+            .await
+            .expect("contenders finish")
+            .expect("contender");
     }
     let order = order.lock().expect("order").clone();
     assert_eq!(order.len(), CLIENTS);
