@@ -18,6 +18,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &[
                 "proto/etcd/etcdserverpb/rpc.proto",
                 "proto/etcd/leasepb/lease.proto",
+                "proto/etcd/v3lockpb/v3lock.proto",
+                "proto/etcd/v3electionpb/v3election.proto",
                 "proto/quantykube/command.proto",
             ],
             &["proto/etcd", "proto"],

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod backup;
 pub mod bench;
 pub mod compactor;
+pub mod concurrency;
 pub mod config;
 pub mod corruption;
 pub mod http;

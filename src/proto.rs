@@ -19,6 +19,14 @@ pub mod etcdserverpb {
     tonic::include_proto!("etcdserverpb");
 }
 
+pub mod v3lockpb {
+    tonic::include_proto!("v3lockpb");
+}
+
+pub mod v3electionpb {
+    tonic::include_proto!("v3electionpb");
+}
+
 /// Nested as its protobuf package, so that generated cross-package paths resolve.
 pub mod quantykube {
     pub mod command {

@@ -56,10 +56,10 @@ impl KvService {
     }
 
     /// Completes the header with this member's identity and term.
-    fn respond<T: Headed>(&self, mut response: T) -> Response<T> {
+    fn complete<T: Headed>(&self, mut response: T) -> T {
         let partial = response.header_mut().take();
         *response.header_mut() = Some(self.node.header_from(partial));
-        Response::new(response)
+        response
     }
 
     /// Proposes a write for `caller` and takes the outcome it must produce.
@@ -79,16 +79,14 @@ impl KvService {
             None => Err(status::internal("apply", &"empty outcome")),
         }
     }
-}
 
-#[tonic::async_trait]
-impl Kv for KvService {
-    async fn range(
+    /// What Range does for `caller`; also the reads the Lock and Election services make
+    /// for their callers.
+    pub(crate) async fn range_for(
         &self,
-        request: Request<RangeRequest>,
-    ) -> Result<Response<RangeResponse>, Status> {
-        let caller = Caller::of(&request);
-        let req = request.into_inner();
+        caller: &Caller,
+        req: RangeRequest,
+    ) -> Result<RangeResponse, Status> {
         validate::range(&req)?;
         if !req.serializable && self.node.is_learner() {
             return Err(status::not_supported_for_learner());
@@ -100,7 +98,7 @@ impl Kv for KvService {
             key: &req.key,
             range_end: &req.range_end,
         };
-        let grant = authorized::check(&self.node, &caller, &[read]).await?;
+        let grant = authorized::check(&self.node, caller, &[read]).await?;
         let response = if req.range_end.is_empty() {
             // One key is a few lookups in memory or cache (microseconds): answered here,
             // sparing the hand-off to the blocking pool and back, two context switches
@@ -111,7 +109,64 @@ impl Kv for KvService {
             super::read_store(&self.node, move |store| store.range(&req)).await?
         };
         authorized::confirm(&self.node, grant)?;
-        Ok(self.respond(response))
+        Ok(self.complete(response))
+    }
+
+    /// What DeleteRange does for `caller` (also Unlock's delete).
+    pub(crate) async fn delete_range_for(
+        &self,
+        caller: &Caller,
+        req: DeleteRangeRequest,
+    ) -> Result<DeleteRangeResponse, Status> {
+        validate::delete_range(&req)?;
+        let response = self
+            .write(caller, CommandRequest::DeleteRange(req), &[], |o| match o {
+                Outcome::DeleteRange(r) => Some(r),
+                _ => None,
+            })
+            .await?;
+        Ok(self.complete(response))
+    }
+
+    /// What Txn does for `caller`; also the transactions the Lock and Election services
+    /// make for their callers.
+    pub(crate) async fn txn_for(
+        &self,
+        caller: &Caller,
+        req: TxnRequest,
+    ) -> Result<TxnResponse, Status> {
+        validate::txn(&req, self.node.limits().max_txn_ops)?;
+        // A transaction that writes nothing is a read: served locally, as etcd does.
+        let response = if txn_rules::is_read_only(&req) {
+            if !txn_rules::is_serializable(&req) {
+                self.node.read_barrier().await?;
+            }
+            let grant = authorized::check(&self.node, caller, &[Action::Txn(&req)]).await?;
+            let response =
+                super::read_store(&self.node, move |store| store.read_only_txn(&req)).await?;
+            authorized::confirm(&self.node, grant)?;
+            response
+        } else {
+            self.write(caller, CommandRequest::Txn(req), &[], |o| match o {
+                Outcome::Txn(r) => Some(r),
+                _ => None,
+            })
+            .await?
+        };
+        Ok(self.complete(response))
+    }
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn range(
+        &self,
+        request: Request<RangeRequest>,
+    ) -> Result<Response<RangeResponse>, Status> {
+        let caller = Caller::of(&request);
+        self.range_for(&caller, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     /// etcd 3.7's RangeStream: Range's checks, read index and permission, then the
@@ -158,7 +213,7 @@ impl Kv for KvService {
                 },
             )
             .await?;
-        Ok(self.respond(response))
+        Ok(Response::new(self.complete(response)))
     }
 
     async fn delete_range(
@@ -166,44 +221,16 @@ impl Kv for KvService {
         request: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         let caller = Caller::of(&request);
-        let req = request.into_inner();
-        validate::delete_range(&req)?;
-        let response = self
-            .write(
-                &caller,
-                CommandRequest::DeleteRange(req),
-                &[],
-                |o| match o {
-                    Outcome::DeleteRange(r) => Some(r),
-                    _ => None,
-                },
-            )
-            .await?;
-        Ok(self.respond(response))
+        self.delete_range_for(&caller, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         let caller = Caller::of(&request);
-        let req = request.into_inner();
-        validate::txn(&req, self.node.limits().max_txn_ops)?;
-        // A transaction that writes nothing is a read: served locally, as etcd does.
-        let response = if txn_rules::is_read_only(&req) {
-            if !txn_rules::is_serializable(&req) {
-                self.node.read_barrier().await?;
-            }
-            let grant = authorized::check(&self.node, &caller, &[Action::Txn(&req)]).await?;
-            let response =
-                super::read_store(&self.node, move |store| store.read_only_txn(&req)).await?;
-            authorized::confirm(&self.node, grant)?;
-            response
-        } else {
-            self.write(&caller, CommandRequest::Txn(req), &[], |o| match o {
-                Outcome::Txn(r) => Some(r),
-                _ => None,
-            })
-            .await?
-        };
-        Ok(self.respond(response))
+        self.txn_for(&caller, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn compact(
@@ -229,6 +256,6 @@ impl Kv for KvService {
         if physical {
             self.node.read_barrier().await?;
         }
-        Ok(self.respond(response))
+        Ok(Response::new(self.complete(response)))
     }
 }

@@ -77,6 +77,45 @@ impl LeaseService {
             .current_revision()
             .map_err(status::from_store)
     }
+
+    /// What LeaseGrant does for `caller`; also the leases the Lock and Election services
+    /// grant for callers that name none.
+    pub(crate) async fn grant_for(
+        &self,
+        caller: &Caller,
+        request: LeaseGrantRequest,
+    ) -> Result<LeaseGrantResponse, Status> {
+        if request.ttl > MAX_TTL {
+            return Err(status::lease_ttl_too_large());
+        }
+        let ttl = request.ttl.max(self.min_ttl());
+        let chosen_by_client = request.id != 0;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let id = if chosen_by_client {
+                request.id
+            } else {
+                self.choose_id()
+            };
+            let grant = CommandRequest::LeaseGrant(LeaseGrantRequest { ttl, id });
+            match authorized::propose(&self.node, caller, grant, &[]).await {
+                Ok(Some(Outcome::LeaseGrant(mut granted))) => {
+                    granted.header = Some(self.node.header_from(granted.header));
+                    return Ok(granted);
+                }
+                Ok(other) => {
+                    return Err(status::internal("lease grant", &format!("{other:?}")));
+                }
+                // An id this member chose is taken (by a client's choice): draw again.
+                Err(error)
+                    if !chosen_by_client
+                        && attempts < GRANT_ATTEMPTS
+                        && error.code() == tonic::Code::FailedPrecondition => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
 }
 
 /// A keepalive answered here, on the leader: the lease's TTL, 0 if it is unknown or
@@ -193,37 +232,9 @@ impl Lease for LeaseService {
         request: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
         let caller = Caller::of(&request);
-        let request = request.into_inner();
-        if request.ttl > MAX_TTL {
-            return Err(status::lease_ttl_too_large());
-        }
-        let ttl = request.ttl.max(self.min_ttl());
-        let chosen_by_client = request.id != 0;
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let id = if chosen_by_client {
-                request.id
-            } else {
-                self.choose_id()
-            };
-            let grant = CommandRequest::LeaseGrant(LeaseGrantRequest { ttl, id });
-            match authorized::propose(&self.node, &caller, grant, &[]).await {
-                Ok(Some(Outcome::LeaseGrant(mut granted))) => {
-                    granted.header = Some(self.node.header_from(granted.header));
-                    return Ok(Response::new(granted));
-                }
-                Ok(other) => {
-                    return Err(status::internal("lease grant", &format!("{other:?}")));
-                }
-                // An id this member chose is taken (by a client's choice): draw again.
-                Err(error)
-                    if !chosen_by_client
-                        && attempts < GRANT_ATTEMPTS
-                        && error.code() == tonic::Code::FailedPrecondition => {}
-                Err(error) => return Err(error),
-            }
-        }
+        self.grant_for(&caller, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn lease_revoke(

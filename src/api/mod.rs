@@ -10,10 +10,12 @@ pub mod authorized;
 pub mod cluster;
 pub mod compat_layer;
 pub mod downgrade;
+pub mod election;
 pub mod health;
 pub mod kv;
 pub mod learner_gate;
 pub mod lease;
+pub mod lock;
 pub mod maintenance;
 pub mod range_stream;
 pub mod snapshot;
@@ -34,6 +36,8 @@ use crate::proto::etcdserverpb::kv_server::KvServer;
 use crate::proto::etcdserverpb::lease_server::LeaseServer;
 use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::proto::etcdserverpb::watch_server::WatchServer;
+use crate::proto::v3electionpb::election_server::ElectionServer;
+use crate::proto::v3lockpb::lock_server::LockServer;
 use crate::store::{RevisionStore, StoreError};
 
 /// A response header at this member's current revision, for answers that carry no
@@ -113,21 +117,32 @@ pub fn client_service(node: Arc<Node>, routes: Routes) -> crate::http::gateway::
     tower::util::BoxCloneSyncService::new(service)
 }
 
-/// The client-facing gRPC routes: all six etcd services and gRPC health.
+/// The client-facing gRPC routes: etcd's six services, Lock and Election, and gRPC
+/// health.
 pub fn client_routes<H: Health>(node: Arc<Node>, health: HealthServer<H>) -> Routes {
     let max = node
         .limits()
         .max_request_bytes
         .saturating_add(GRPC_OVERHEAD_BYTES);
+    let kv = Arc::new(kv::KvService::new(node.clone()));
+    let leases = Arc::new(lease::LeaseService::new(node.clone()));
+    // Lock and Election act through KV, Lease and Watch, as etcd's do.
+    let concurrency = crate::concurrency::Services::new(node.clone(), kv.clone(), leases.clone());
     let mut routes = Routes::builder();
     routes
-        .add_service(KvServer::new(kv::KvService::new(node.clone())).max_decoding_message_size(max))
+        .add_service(KvServer::from_arc(kv).max_decoding_message_size(max))
         .add_service(WatchServer::new(watch::WatchService::new(
             node.clone(),
             max,
         )))
+        .add_service(LeaseServer::from_arc(leases).max_decoding_message_size(max))
         .add_service(
-            LeaseServer::new(lease::LeaseService::new(node.clone())).max_decoding_message_size(max),
+            LockServer::new(lock::LockService::new(concurrency.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(
+            ElectionServer::new(election::ElectionService::new(concurrency))
+                .max_decoding_message_size(max),
         )
         .add_service(
             ClusterServer::new(cluster::ClusterService::new(node.clone()))

@@ -846,6 +846,16 @@ async fn learner_restrictions() {
             ),
         ),
         ("HashKV", refused(client.hash_kv(0).await)),
+        ("Lock", refused(client.lock("l", None).await)),
+        ("Unlock", refused(client.unlock("l/1").await)),
+        ("Campaign", refused(client.campaign("e", "v", lease).await)),
+        ("Leader", refused(client.leader("e").await)),
+        ("Observe", {
+            match client.observe("e").await {
+                Ok(mut stream) => refused(stream.message().await),
+                Err(e) => refused::<()>(Err(e)),
+            }
+        }),
     ];
     for (what, answer) in calls {
         assert_eq!(answer, expected, "{what} on a learner");

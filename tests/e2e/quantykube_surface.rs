@@ -1,5 +1,5 @@
 //! What QuantyKube adds around etcd's API: its command line (etcd's flags, refusals),
-//! RPCs not built yet, and health without a leader. These run against QuantyKube only;
+//! RPCs no service has, and health without a leader. These run against QuantyKube only;
 //! against etcd they return early, since they assert QuantyKube's own wording.
 
 use std::process::Stdio;
@@ -84,20 +84,27 @@ async fn an_etcd_flag_not_implemented_yet_is_refused_by_name() {
     assert!(stderr.contains("no-such-flag"), "{stderr}");
 }
 
-/// Every RPC of the six etcd services is served now; the services not built yet (the
-/// Lock and Election services, issue 18) answer Unimplemented at once.
+/// Every etcd service is served, Lock and Election included (issue 18); a method that
+/// no service has answers Unimplemented at once.
 #[tokio::test]
-async fn services_not_built_yet_answer_unimplemented() {
+async fn every_etcd_service_is_served_and_unknown_methods_answer_unimplemented() {
     if quantykube().is_none() {
         return;
     }
     let cluster = Cluster::start(1).await;
     let mut client = cluster.client(0).await;
-    let status = match client.lock("a-lock", None).await {
-        Err(etcd_client::Error::GRpcStatus(status)) => status,
-        other => panic!("expected a gRPC status, got {other:?}"),
-    };
-    assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
+    let locked = client.lock("a-lock", None).await.expect("lock");
+    assert!(locked.key().starts_with(b"a-lock/"), "{locked:?}");
+    let mut grpc = tonic::client::Grpc::new(raw::channel(&cluster.endpoint(0)).await);
+    for path in ["/v3lockpb.Lock/TryLock", "/v3lockpb.NoSuchService/Lock"] {
+        let answer = raw::unary::<
+            etcd_client::proto::PbRangeRequest,
+            etcd_client::proto::PbRangeResponse,
+        >(&mut grpc, path, Default::default())
+        .await;
+        let status = answer.expect_err("no such method");
+        assert_eq!(status.code(), Code::Unimplemented, "{path}: {status:?}");
+    }
 }
 
 #[tokio::test]
