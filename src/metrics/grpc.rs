@@ -55,7 +55,7 @@ const SERVER_STREAM: &str = "server_stream";
 const BIDI_STREAM: &str = "bidi_stream";
 
 /// Every RPC the client port serves: (service, method, go-grpc-prometheus type).
-pub const METHODS: [(&str, &str, &str); 42] = [
+pub const METHODS: [(&str, &str, &str); 49] = [
     ("etcdserverpb.KV", "Range", UNARY),
     ("etcdserverpb.KV", "RangeStream", SERVER_STREAM),
     ("etcdserverpb.KV", "Put", UNARY),
@@ -96,6 +96,13 @@ pub const METHODS: [(&str, &str, &str); 42] = [
     ("etcdserverpb.Auth", "RoleDelete", UNARY),
     ("etcdserverpb.Auth", "RoleGrantPermission", UNARY),
     ("etcdserverpb.Auth", "RoleRevokePermission", UNARY),
+    ("v3lockpb.Lock", "Lock", UNARY),
+    ("v3lockpb.Lock", "Unlock", UNARY),
+    ("v3electionpb.Election", "Campaign", UNARY),
+    ("v3electionpb.Election", "Proclaim", UNARY),
+    ("v3electionpb.Election", "Leader", UNARY),
+    ("v3electionpb.Election", "Observe", SERVER_STREAM),
+    ("v3electionpb.Election", "Resign", UNARY),
     ("grpc.health.v1.Health", "Check", UNARY),
     ("grpc.health.v1.Health", "Watch", SERVER_STREAM),
 ];

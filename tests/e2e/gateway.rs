@@ -622,3 +622,98 @@ async fn a_gateway_watch_follows_minutes_of_writes_without_a_gap() {
     assert!(progress >= 1, "no progress notification in {seconds} s");
     watch.disconnect().await;
 }
+
+/// Lock and Election over the gateway, as tooz and scripts use them: a second Lock on
+/// the same name waits for the first one's Unlock; a campaign is seen by Leader and by
+/// an Observe stream, a proclamation changes the value, a resignation hands over.
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_and_election_over_the_gateway() {
+    let cluster = Cluster::start(1).await;
+    let gw = Gateway::of(&cluster, 0);
+    let lease = |ttl: i64| {
+        let gw = gw.clone();
+        async move { int(&gw.call("/v3/lease/grant", json!({"TTL": ttl})).await["ID"]) }
+    };
+    let (first, second) = (lease(30).await, lease(30).await);
+    let held = gw
+        .call(
+            "/v3/lock/lock",
+            json!({"name": b64("gw-lock"), "lease": first}),
+        )
+        .await;
+    let held_key = unb64(&held["key"]);
+    assert_eq!(held_key, format!("gw-lock/{first:x}").into_bytes());
+    let waiter = {
+        let gw = gw.clone();
+        tokio::spawn(async move {
+            gw.call(
+                "/v3/lock/lock",
+                json!({"name": b64("gw-lock"), "lease": second}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "the second Lock did not wait");
+    gw.call("/v3/lock/unlock", json!({"key": held["key"]}))
+        .await;
+    let got = tokio::time::timeout(WAIT, waiter)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap();
+    assert_eq!(
+        unb64(&got["key"]),
+        format!("gw-lock/{second:x}").into_bytes()
+    );
+
+    // Election: no leader yet, then a campaign seen by Leader and Observe.
+    let none = gw
+        .post("/v3/election/leader", json!({"name": b64("gw-elect")}))
+        .await;
+    assert_eq!(none.status, 500, "{}", none.http.body);
+    assert_eq!(none.json["message"], json!("election: no leader"));
+    let leader_lease = lease(30).await;
+    let campaign = gw
+        .call(
+            "/v3/election/campaign",
+            json!({"name": b64("gw-elect"), "lease": leader_lease, "value": b64("v1")}),
+        )
+        .await;
+    let leader_key = campaign["leader"].clone();
+    assert_eq!(unb64(&leader_key["name"]), b"gw-elect");
+    let mut observe = gw
+        .stream("/v3/election/observe", &[json!({"name": b64("gw-elect")})])
+        .await;
+    let seen = observe.result(WAIT).await;
+    assert_eq!(unb64(&seen["kv"]["value"]), b"v1", "{seen}");
+    gw.call(
+        "/v3/election/proclaim",
+        json!({"leader": leader_key, "value": b64("v2")}),
+    )
+    .await;
+    let seen = observe.result(WAIT).await;
+    assert_eq!(unb64(&seen["kv"]["value"]), b"v2", "{seen}");
+    let leader = gw
+        .call("/v3/election/leader", json!({"name": b64("gw-elect")}))
+        .await;
+    assert_eq!(unb64(&leader["kv"]["value"]), b"v2");
+    gw.call("/v3/election/resign", json!({"leader": leader_key}))
+        .await;
+    let gone = gw
+        .post("/v3/election/leader", json!({"name": b64("gw-elect")}))
+        .await;
+    assert_eq!(
+        gone.json["message"],
+        json!("election: no leader"),
+        "{}",
+        gone.http.body
+    );
+    let missing = gw
+        .post("/v3/election/proclaim", json!({"value": b64("x")}))
+        .await;
+    assert_eq!(
+        missing.json["message"],
+        json!("\"leader\" field must be provided")
+    );
+    observe.disconnect().await;
+}

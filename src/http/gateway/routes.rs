@@ -116,4 +116,15 @@ pub const ROUTES: &[Route] = &[
         "auth/role/revoke",
         "/etcdserverpb.Auth/RoleRevokePermission",
     ),
+    unary("lock/lock", "/v3lockpb.Lock/Lock"),
+    unary("lock/unlock", "/v3lockpb.Lock/Unlock"),
+    unary("election/campaign", "/v3electionpb.Election/Campaign"),
+    unary("election/proclaim", "/v3electionpb.Election/Proclaim"),
+    unary("election/leader", "/v3electionpb.Election/Leader"),
+    Route {
+        path: "election/observe",
+        method: "/v3electionpb.Election/Observe",
+        shape: Shape::ServerStream,
+    },
+    unary("election/resign", "/v3electionpb.Election/Resign"),
 ];
