@@ -473,6 +473,7 @@ def main() -> int:
 
         ours = [r for r in runs if r.target.name != BASELINE]
         p, f, s = (sum(c) for c in zip(*(counts(r.results) for r in ours)))
+        kill_all()
         print(f"wall time {time.monotonic() - began:.0f} s; work dir {workdir}")
         # QuantyKube's own outcomes, as the closing line CI reads
         print(f"pyclients: {p} passed, {f} failed, {s} skipped")
