@@ -211,6 +211,7 @@ class Cluster:
             f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports)
         )
         self.token = f"qk-pyclients-{tag}"
+        self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
         for i, name in enumerate(self.names):
@@ -228,7 +229,14 @@ class Cluster:
                 f"--initial-cluster-token={self.token}",
                 "--initial-cluster-state=new",
             ]
-            spawn(cmd, self.logs[i], self.dir, clean_env({}))
+            self.procs.append(spawn(cmd, self.logs[i], self.dir, clean_env({})))
+
+    def exited(self) -> str:
+        """Why the cluster cannot become healthy: a member that has exited, or ""."""
+        for name, proc in zip(self.names, self.procs):
+            if proc.poll() is not None:
+                return f"member {name} exited with {proc.returncode}"
+        return ""
 
     def ready(self) -> bool:
         for port in self.client_ports:
@@ -252,8 +260,9 @@ class Cluster:
     def log_tail(self, lines: int = 15) -> str:
         out = []
         for log in self.logs:
-            text = log.read_text(errors="replace").splitlines()[-lines:]
-            out.append(f"--- {log}\n" + "\n".join(text))
+            if log.exists():
+                text = log.read_text(errors="replace").splitlines()[-lines:]
+                out.append(f"--- {log}\n" + "\n".join(line[:300] for line in text))
         return "\n".join(out)
 
 
@@ -417,11 +426,13 @@ def main() -> int:
         pending = list(runs)
         ready_by = min(deadline, time.monotonic() + 60)
         while pending:
-            if time.monotonic() > ready_by:
-                run = pending[0]
-                print(f"tests/python: {run.target.name} ({run.suite.name}) never became "
-                      f"healthy\n{run.cluster.log_tail()}")
-                return 1
+            late = time.monotonic() > ready_by
+            for run in pending:
+                why = run.cluster.exited() or ("not healthy within 60 s" if late else "")
+                if why:
+                    print(f"tests/python: {run.target.name} ({run.suite.name}): {why}\n"
+                          f"{run.cluster.log_tail()}")
+                    return 1
             for run in [r for r in pending if r.cluster.ready()]:
                 pending.remove(run)
                 start_suite(run, venvs, workdir)
@@ -440,11 +451,12 @@ def main() -> int:
             if time.monotonic() > deadline:
                 for run in running:
                     kill(run.proc)
+                    run.elapsed = time.monotonic() - run.started
                     run.problem = f"still running at the {args.deadline:.0f} s deadline"
                 break
             time.sleep(0.2)
 
-        print(f"tests/python: OpenStack's gateway clients (own test suites) against "
+        print("tests/python: OpenStack's gateway clients (own test suites) against "
               + ", ".join(f"{t} ({v})" for t, v in versions.items()))
         print(f"  {'suite':<15} {'target':<15} {'passed':>6} {'failed':>6} {'skipped':>7} {'time':>6}")
         for run in runs:
@@ -465,19 +477,24 @@ def main() -> int:
             print(f"REGRESSIONS: passing on etcd 3.4, not on QuantyKube ({len(regressions)}):")
             for line in regressions:
                 print(f"  {line}")
-        for run in problems + [r for r in runs if any(
-                f"{r.target.name}: {r.suite.name} " in line for line in regressions)]:
-            print(f"--- {run.target.name} / {run.suite.name}: tail of {run.log}")
-            print("\n".join(run.log.read_text(errors="replace").splitlines()[-30:]))
-            print(run.cluster.log_tail())
+        for run in runs:
+            regressed = any(line.startswith(f"{run.target.name}: {run.suite.name} ")
+                            for line in regressions)
+            if (run.problem or regressed) and run.log.exists():
+                # cut to the width of a screen: some tests print their 10 kB values
+                tail = run.log.read_text(errors="replace").splitlines()[-30:]
+                print(f"--- {run.target.name} / {run.suite.name}: tail of {run.log}")
+                print("\n".join(line[:300] for line in tail))
+                print(run.cluster.log_tail())
 
         ours = [r for r in runs if r.target.name != BASELINE]
         p, f, s = (sum(c) for c in zip(*(counts(r.results) for r in ours)))
         kill_all()
-        print(f"wall time {time.monotonic() - began:.0f} s; work dir {workdir}")
+        ok = not regressions and not problems
+        kept = "" if ok and not args.keep else f"; logs kept in {workdir}"
+        print(f"wall time {time.monotonic() - began:.0f} s{kept}")
         # QuantyKube's own outcomes, as the closing line CI reads
         print(f"pyclients: {p} passed, {f} failed, {s} skipped")
-        ok = not regressions and not problems
         return 0 if ok else 1
     finally:
         kill_all()

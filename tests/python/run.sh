@@ -5,9 +5,15 @@
 # test by test). The pinned packages come from PyPI into venvs outside the tree, one per
 # requirements file and keyed by its hash, made once and reused.
 #
+# The whole run is bounded by QK_PYCLIENTS_BUDGET seconds (default 280): installing may
+# take what is left once 150 s are kept for the suites (which take about 70 s), and the
+# suites get the rest.
+#
 # Env: QK_BIN (default $CARGO_TARGET_DIR/debug/quantykube), ETCD_BIN (default etcd on
 # PATH), QK_PYCLIENTS_VENVS (where the venvs live, default /var/tmp), PYTHON.
 set -euo pipefail
+budget="${QK_PYCLIENTS_BUDGET:-280}"
+suites_need=150
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 py="${PYTHON:-python3}"
@@ -31,7 +37,9 @@ venv_for() {
   if [ ! -f "$dir/.complete" ]; then
     rm -rf "$dir"
     "$py" -m venv "$dir" >&2
-    if ! timeout 240 "$dir/bin/python" -m pip install -q --disable-pip-version-check \
+    local left=$((budget - SECONDS - suites_need))
+    [ "$left" -gt 0 ] || fail "no time left to install $req within ${budget} s"
+    if ! timeout "$left" "$dir/bin/python" -m pip install -q --disable-pip-version-check \
         --no-input --timeout 30 --retries 3 -r "$req" >&2; then
       rm -rf "$dir"
       fail "could not install $req from PyPI (is PyPI reachable?)"
@@ -44,8 +52,10 @@ venv_for() {
 main_venv="$(venv_for "$here/requirements.txt" main)"
 debian_venv="$(venv_for "$here/requirements-etcd3gw-2.0.txt" etcd3gw-2.0)"
 
-# clients.py kills its servers itself on any exit or signal; the timeout only bounds a
-# driver that hangs, and --kill-after a driver that ignores SIGTERM.
-exec timeout --kill-after=15 270 "$main_venv/bin/python" "$here/clients.py" \
+# clients.py stops its suites at its deadline and kills its servers itself on any exit
+# or signal; the timeout only bounds a driver that hangs, and --kill-after one that
+# ignores SIGTERM.
+deadline=$((budget - SECONDS - 20))
+exec timeout --kill-after=5 $((deadline + 10)) "$main_venv/bin/python" "$here/clients.py" \
   --qk "$qk" --etcd "$etcd" --venv "main=$main_venv" --venv "debian=$debian_venv" \
-  --deadline 240 "$@"
+  --deadline "$deadline" "$@"
