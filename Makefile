@@ -23,6 +23,7 @@ cluster: build
 test: deps
 	cargo test --workspace --all-targets -- --test-threads=2
 	./tests/helm/run.sh
+	./tests/python/run.sh
 
 lint:
 	cargo fmt --all -- --check
