@@ -300,6 +300,8 @@ impl Cluster for ClusterService {
         if request.get_ref().linearizable {
             self.node.read_barrier().await?;
         }
+        // etcd 3.7: any user, but with auth on a user.
+        authorized::check(&self.node, &Caller::of(&request), &[Action::LoggedIn]).await?;
         Ok(Response::new(MemberListResponse {
             header: Some(self.header()?),
             members: Self::members(&self.node)?,

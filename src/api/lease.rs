@@ -285,6 +285,8 @@ impl Lease for LeaseService {
             let keys = attached_keys(&self.node, request.id).await?;
             authorized::check(&self.node, &caller, &[Action::ReadKeys(&keys)]).await?;
         }
+        // etcd 3.7: any user, but with auth on a user.
+        authorized::check(&self.node, &caller, &[Action::LoggedIn]).await?;
         let leading = self.node.lessor().ensure_leading(&self.node).await?;
         if !leading {
             let channel = self.node.leader_channel().await?;

@@ -14,6 +14,7 @@ use crate::auth::{Action, Caller};
 use crate::node::Node;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
+use crate::proto::etcdserverpb::alarm_request::AlarmAction;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
 use crate::proto::etcdserverpb::{
@@ -70,7 +71,12 @@ impl Maintenance for MaintenanceService {
         ))
     }
 
-    async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+    async fn status(
+        &self,
+        request: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
+        // etcd 3.7: any user may ask, but with auth on someone must.
+        authorized::check(&self.node, &Caller::of(&request), &[Action::LoggedIn]).await?;
         // Status must answer without a leader too, so the read index is best effort: with
         // one, every member reports the revision of everything committed so far.
         let _ = tokio::time::timeout(STATUS_READ_INDEX_WAIT, self.node.read_barrier()).await;
@@ -103,8 +109,12 @@ impl Maintenance for MaintenanceService {
             db_size_in_use: size(store.approximate_size_in_use()),
             is_learner,
             storage_version: self.node.storage_version(),
-            // etcd 3.6 reports the flag as given: 0 for its 2 GiB default.
-            db_size_quota: self.node.limits().quota_backend_bytes_flag,
+            // etcd 3.7 reports the quota in force: its 2 GiB default when the flag is
+            // unset or 0 (3.6 reported the flag as given), a negative flag as given.
+            db_size_quota: match self.node.limits().quota_backend_bytes_flag {
+                0 => i64::try_from(crate::config::DEFAULT_QUOTA_BACKEND_BYTES).unwrap_or(i64::MAX),
+                flag => flag,
+            },
             downgrade_info: Some(DowngradeInfo {
                 enabled: false,
                 target_version: String::new(),
@@ -191,8 +201,14 @@ impl Maintenance for MaintenanceService {
             alarm = request.alarm,
             "alarm request"
         );
+        // etcd 3.7: any user may list alarms; only root may raise or clear one.
+        let needs = if request.action == AlarmAction::Get as i32 {
+            Action::LoggedIn
+        } else {
+            Action::Admin
+        };
         let alarm = CommandRequest::Alarm(request);
-        match authorized::propose(&self.node, &caller, alarm, &[Action::Admin]).await? {
+        match authorized::propose(&self.node, &caller, alarm, &[needs]).await? {
             Some(Outcome::Alarm(mut response)) => {
                 // Filled once applied, as etcd does, so the revision is current.
                 response.header = Some(self.header()?);

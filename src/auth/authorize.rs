@@ -99,9 +99,13 @@ pub enum Action<'a> {
     UserGet(&'a str),
     /// RoleGet: root, or a holder of the role.
     RoleGet(&'a str),
-    /// What etcd lets anyone do (LeaseGrant...): no identity needed, but a token that
+    /// What etcd lets anyone do (Authenticate...): no identity needed, but a token that
     /// is sent must be valid.
     Authenticated,
+    /// etcd 3.7's `requireAuthInfo` (Status, Alarm GET, MemberList, LeaseGrant,
+    /// LeaseRevoke, LeaseTimeToLive): any user, but a user; with auth on, a request
+    /// with neither a token nor a certificate's name is refused.
+    LoggedIn,
 }
 
 impl<'a> Action<'a> {
@@ -120,6 +124,7 @@ impl<'a> Action<'a> {
                 prev_kv: delete.prev_kv,
             },
             CommandRequest::Txn(txn) => Action::Txn(txn),
+            CommandRequest::LeaseGrant(_) | CommandRequest::LeaseRevoke(_) => Action::LoggedIn,
             _ => Action::Authenticated,
         }
     }
@@ -170,8 +175,13 @@ impl Auth {
             return Err(AuthError::InvalidAuthToken);
         }
         for action in actions {
-            if let Action::Authenticated = action {
-                continue;
+            match action {
+                Action::Authenticated => continue,
+                Action::LoggedIn => {
+                    identity.as_ref().map_err(|refusal| *refusal)?;
+                    continue;
+                }
+                _ => {}
             }
             let (user, revision) = identity.as_ref().map_err(|refusal| *refusal)?;
             // etcd's IsAdminPermitted never looks at the token's revision; the key
@@ -265,7 +275,7 @@ fn permitted(state: &AuthState, user: &str, action: Action<'_>) -> Result<(), Au
         Action::UserGet(name) if name == user => Ok(()),
         Action::RoleGet(role) if state.has_role(user, role) => Ok(()),
         Action::UserGet(_) | Action::RoleGet(_) => admin(state, user),
-        Action::Authenticated => Ok(()),
+        Action::Authenticated | Action::LoggedIn => Ok(()),
     }
 }
 

@@ -99,7 +99,7 @@ pub(super) struct Cli {
     /// How often the leader checkpoints every lease's remaining TTL [default: 5m]
     #[arg(long, value_name = "DURATION")]
     experimental_lease_checkpoint_interval: Option<String>,
-    /// The etcd version Maintenance.Status reports (QuantyKube only) [default: 3.6.5]
+    /// The etcd version Maintenance.Status reports (QuantyKube only) [default: 3.7.1]
     #[arg(long, value_name = "VERSION")]
     etcd_version: Option<String>,
     /// Reject reconfiguration requests that would cause quorum loss [default: true]

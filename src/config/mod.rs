@@ -72,9 +72,9 @@ use self::values::{
 };
 
 /// The etcd server version reported by `Maintenance.Status` unless `--etcd-version` says otherwise.
-pub const DEFAULT_ETCD_VERSION: &str = "3.6.5";
+pub const DEFAULT_ETCD_VERSION: &str = "3.7.1";
 /// The etcd API version QuantyKube implements.
-pub const ETCD_API_VERSION: &str = "3.6";
+pub const ETCD_API_VERSION: &str = "3.7";
 /// etcd's backend quota when `--quota-backend-bytes` is 0 (2 GiB).
 pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 /// etcd 3.6's `--snapshot-count` default (3.5 and older used 100000).
@@ -690,7 +690,7 @@ fn resolve(
     let etcd_version = match get("etcd-version") {
         None => DEFAULT_ETCD_VERSION.to_string(),
         Some(s) if is_version(&s.value) => s.value.clone(),
-        Some(s) => return Err(s.invalid("expected a version like 3.6.5")),
+        Some(s) => return Err(s.invalid("expected a version like 3.7.1")),
     };
 
     let strict_reconfig_check = match get("strict-reconfig-check") {

@@ -106,7 +106,7 @@ fn defaults_without_flags_are_etcds() {
         config.watch_progress_notify_interval,
         Duration::from_secs(600)
     );
-    assert_eq!(config.etcd_version, "3.6.5");
+    assert_eq!(config.etcd_version, "3.7.1");
 }
 
 #[test]
@@ -618,8 +618,8 @@ fn help_and_version() {
         panic!("--version gave no version");
     };
     assert!(text.starts_with("QuantyKube Version: "), "{text}");
-    assert!(text.contains("etcd API Version: 3.6\n"), "{text}");
-    assert!(text.contains("etcd Version: 3.6.5\n"), "{text}");
+    assert!(text.contains("etcd API Version: 3.7\n"), "{text}");
+    assert!(text.contains("etcd Version: 3.7.1\n"), "{text}");
     run(&["--version=false"]);
 }
 

@@ -421,7 +421,8 @@ async fn auth_leases() {
     let mut lu = lu_rpc(&cluster, 1).await;
     let anon = Rpc::connect(&cluster.endpoint(2)).await;
 
-    // Any user may grant a lease, even without a token.
+    // Any user may grant a lease; in etcd 3.4 even without a token, in 3.7 (and
+    // QuantyKube) a logged-in user only.
     let mine: PbLeaseGrantResponse = ok(
         lu.call(
             "/etcdserverpb.Lease/LeaseGrant",
@@ -430,15 +431,25 @@ async fn auth_leases() {
         .await,
         "lu grants",
     );
-    let _: PbLeaseGrantResponse = ok(
-        anon.clone()
-            .call(
-                "/etcdserverpb.Lease/LeaseGrant",
-                PbLeaseGrantRequest { ttl: 60, id: 0 },
-            )
-            .await,
-        "anonymous grant",
-    );
+    let anonymous = anon
+        .clone()
+        .call::<_, PbLeaseGrantResponse>(
+            "/etcdserverpb.Lease/LeaseGrant",
+            PbLeaseGrantRequest { ttl: 60, id: 0 },
+        )
+        .await;
+    match cluster.target() {
+        Target::Etcd => {
+            ok(anonymous, "anonymous grant");
+        }
+        Target::Quantykube => {
+            let status = anonymous.expect_err("anonymous grant");
+            assert_eq!(
+                (status.code(), status.message()),
+                (Code::InvalidArgument, "etcdserver: user name is empty")
+            );
+        }
+    }
     // A lease of root's with a key lu cannot write.
     let roots = root.lease_grant(60, None).await.expect("grant").id();
     root.put(
@@ -492,25 +503,40 @@ async fn auth_leases() {
                 "anonymous time to live with keys",
             ),
         }
-        let ttl: PbLeaseTimeToLiveResponse = ok(
-            rpc.call(
+        // Without keys: anyone's in etcd 3.4, a logged-in user's in 3.7.
+        let asked = rpc
+            .call::<_, PbLeaseTimeToLiveResponse>(
                 "/etcdserverpb.Lease/LeaseTimeToLive",
                 PbLeaseTimeToLiveRequest {
                     id: roots,
                     keys: false,
                 },
             )
-            .await,
-            "time to live without keys",
-        );
-        assert!(ttl.keys.is_empty());
-        assert_eq!(ttl.granted_ttl, 60);
+            .await;
+        if cluster.target() == Target::Quantykube && who == "anonymous" {
+            assert_status(
+                asked,
+                Code::InvalidArgument,
+                msg::USER_EMPTY,
+                "anonymous time to live",
+            );
+        } else {
+            let ttl = ok(asked, "time to live without keys");
+            assert!(ttl.keys.is_empty());
+            assert_eq!(ttl.granted_ttl, 60);
+        }
         let leases: PbLeaseLeasesResponse = ok(
             rpc.call("/etcdserverpb.Lease/LeaseLeases", PbLeaseLeasesRequest {})
                 .await,
             "leases",
         );
-        assert_eq!(leases.leases.len(), 3);
+        // lu's, root's, and on etcd 3.4 the anonymous one.
+        let expected = if cluster.target() == Target::Etcd {
+            3
+        } else {
+            2
+        };
+        assert_eq!(leases.leases.len(), expected);
     }
     // lu's own lease with lu's key: revoked, and the key goes.
     ok(
@@ -544,6 +570,10 @@ async fn auth_leases() {
 ///   (`auth: user name is empty` without a token). Status, Alarm and MoveLeader are
 ///   anyone's in 3.4.
 /// - KV.Compact is anyone's in 3.4, even without a token.
+///
+/// QuantyKube reports etcd 3.7 and checks as 3.7 does: MemberList, Status and Alarm
+/// GET need a logged-in user (`requireAuthInfo`); Alarm ACTIVATE/DEACTIVATE, MoveLeader
+/// and Compact are root's.
 #[tokio::test]
 async fn auth_root_only_rpcs() {
     let cluster = Cluster::start(3).await;
@@ -675,20 +705,44 @@ async fn auth_root_only_rpcs() {
         other => panic!("snapshot by lu: {other:?}"),
     }
 
-    // Anyone's.
+    // Any user's; anyone's in etcd 3.4, a logged-in user's in 3.7 (requireAuthInfo).
     let status: PbStatusResponse = ok(
         lu.call("/etcdserverpb.Maintenance/Status", PbStatusRequest {})
             .await,
         "status",
     );
     assert!(status.leader != 0);
-    ok(
-        anon.call::<_, PbStatusResponse>("/etcdserverpb.Maintenance/Status", PbStatusRequest {})
-            .await,
-        "anonymous status",
-    );
-    // Alarm is anyone's in etcd 3.4; root's in QuantyKube, as issue 17 asks (alarms
-    // stop writes for everyone, and disarming one is an operator's decision).
+    let anonymous_status = anon
+        .call::<_, PbStatusResponse>("/etcdserverpb.Maintenance/Status", PbStatusRequest {})
+        .await;
+    let anonymous_list = anon
+        .call::<_, PbMemberListResponse>(
+            "/etcdserverpb.Cluster/MemberList",
+            PbMemberListRequest::default(),
+        )
+        .await;
+    match cluster.target() {
+        Target::Etcd => {
+            ok(anonymous_status, "anonymous status");
+            ok(anonymous_list, "anonymous member list");
+        }
+        Target::Quantykube => {
+            for (what, refused) in [
+                ("anonymous status", anonymous_status.map(|_| ())),
+                ("anonymous member list", anonymous_list.map(|_| ())),
+            ] {
+                let status = refused.expect_err(what);
+                assert_eq!(
+                    (status.code(), status.message()),
+                    (Code::InvalidArgument, "etcdserver: user name is empty"),
+                    "{what}"
+                );
+            }
+        }
+    }
+    // Alarm GET is anyone's in etcd 3.4 and a logged-in user's in 3.7, ACTIVATE and
+    // DEACTIVATE root's in 3.7 (alarms stop writes for everyone, and disarming one is
+    // an operator's decision).
     let alarm_get = lu
         .call::<_, PbAlarmResponse>(
             "/etcdserverpb.Maintenance/Alarm",
@@ -699,9 +753,22 @@ async fn auth_root_only_rpcs() {
             },
         )
         .await;
+    assert!(ok(alarm_get, "alarm get").alarms.is_empty());
+    let alarm_disarm = lu
+        .call::<_, PbAlarmResponse>(
+            "/etcdserverpb.Maintenance/Alarm",
+            PbAlarmRequest {
+                action: 2, // DEACTIVATE
+                member_id: 0,
+                alarm: 1,
+            },
+        )
+        .await;
     match cluster.target() {
-        Target::Etcd => assert!(ok(alarm_get, "alarm get").alarms.is_empty()),
-        Target::Quantykube => assert_denied(alarm_get, "alarm get by lu"),
+        Target::Etcd => {
+            ok(alarm_disarm, "alarm disarm by lu");
+        }
+        Target::Quantykube => assert_denied(alarm_disarm, "alarm disarm by lu"),
     }
     let rev = {
         let mut root = crate::auth_support::root_client(&cluster, 0).await;
@@ -712,28 +779,40 @@ async fn auth_root_only_rpcs() {
             .expect("header")
             .revision()
     };
-    let _: PbCompactionResponse = ok(
-        lu.call(
+    // Compact: anyone's in etcd 3.4 (even without a token), root's in 3.7.
+    let by_lu = lu
+        .call::<_, PbCompactionResponse>(
             "/etcdserverpb.KV/Compact",
             PbCompactionRequest {
                 revision: rev - 1,
                 physical: false,
             },
         )
-        .await,
-        "compact by lu",
-    );
-    let _: PbCompactionResponse = ok(
-        anon.call(
+        .await;
+    let by_anyone = anon
+        .call::<_, PbCompactionResponse>(
             "/etcdserverpb.KV/Compact",
             PbCompactionRequest {
                 revision: rev,
                 physical: false,
             },
         )
-        .await,
-        "anonymous compact",
-    );
+        .await;
+    match cluster.target() {
+        Target::Etcd => {
+            ok(by_lu, "compact by lu");
+            ok(by_anyone, "anonymous compact");
+        }
+        Target::Quantykube => {
+            assert_denied(by_lu, "compact by lu");
+            let status = by_anyone.expect_err("anonymous compact");
+            assert_eq!(
+                status.message(),
+                "etcdserver: user name is empty",
+                "{status:?}"
+            );
+        }
+    }
     // MoveLeader: sent to the leader, to another member.
     let leader = cluster.leader_index().await;
     let target = (leader + 1) % 3;

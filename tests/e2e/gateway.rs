@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::certs::Pki;
 use crate::gateway_support::*;
 use crate::harness::*;
 
@@ -371,21 +370,7 @@ async fn closing_the_connection_cancels_the_watch() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_gateway_serves_over_tls_with_client_certificates() {
-    let pki = Pki::new(loopback_ip());
-    let tls = ClientTls::new(pki.ca_cert()).identity(
-        pki.pki("apiserver-etcd-client.crt"),
-        pki.pki("apiserver-etcd-client.key"),
-    );
-    let cluster = ClusterOptions::new(1)
-        .https_clients(tls)
-        .args([
-            format!("--cert-file={}", pki.etcd("server.crt").display()),
-            format!("--key-file={}", pki.etcd("server.key").display()),
-            format!("--trusted-ca-file={}", pki.ca_cert().display()),
-            "--client-cert-auth=true".to_string(),
-        ])
-        .start()
-        .await;
+    let (pki, cluster) = mtls_cluster().await;
     let gw = Gateway::of(&cluster, 0);
     gw.put("tls", "yes").await;
     let answer = gw.call("/v3/kv/range", json!({"key": b64("tls")})).await;

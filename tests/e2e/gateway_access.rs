@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::certs::Pki;
 use crate::gateway_support::*;
 use crate::harness::*;
 
@@ -171,21 +170,7 @@ async fn the_gateway_can_be_turned_off() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_auth_on_a_gateway_request_from_a_named_certificate_is_refused() {
-    let pki = Pki::new(loopback_ip());
-    let tls = ClientTls::new(pki.ca_cert()).identity(
-        pki.pki("apiserver-etcd-client.crt"),
-        pki.pki("apiserver-etcd-client.key"),
-    );
-    let cluster = ClusterOptions::new(1)
-        .https_clients(tls)
-        .args([
-            format!("--cert-file={}", pki.etcd("server.crt").display()),
-            format!("--key-file={}", pki.etcd("server.key").display()),
-            format!("--trusted-ca-file={}", pki.ca_cert().display()),
-            "--client-cert-auth=true".to_string(),
-        ])
-        .start()
-        .await;
+    let (_pki, cluster) = mtls_cluster().await;
     let gw = Gateway::of(&cluster, 0);
     gw.call(
         "/v3/auth/user/add",

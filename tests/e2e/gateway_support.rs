@@ -15,7 +15,29 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::TcpStream;
 use tokio::process::{Child, ChildStdout};
 
+use crate::certs::Pki;
 use crate::harness::*;
+
+/// A one-member cluster on https client URLs with `--client-cert-auth`, reached with
+/// kubeadm's API-server client certificate (a CN), and the PKI it was made from.
+pub async fn mtls_cluster() -> (Pki, Cluster) {
+    let pki = Pki::new(loopback_ip());
+    let tls = ClientTls::new(pki.ca_cert()).identity(
+        pki.pki("apiserver-etcd-client.crt"),
+        pki.pki("apiserver-etcd-client.key"),
+    );
+    let cluster = ClusterOptions::new(1)
+        .https_clients(tls)
+        .args([
+            format!("--cert-file={}", pki.etcd("server.crt").display()),
+            format!("--key-file={}", pki.etcd("server.key").display()),
+            format!("--trusted-ca-file={}", pki.ca_cert().display()),
+            "--client-cert-auth=true".to_string(),
+        ])
+        .start()
+        .await;
+    (pki, cluster)
+}
 
 pub fn b64(text: impl AsRef<[u8]>) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)

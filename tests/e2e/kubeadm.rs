@@ -82,7 +82,8 @@ fn metrics_url(cluster: &Cluster, i: usize) -> String {
     metrics_url_of(cluster.member_spec(i).spare_ports[0])
 }
 
-/// The flavor, from `/version` on member 0's client URL (QuantyKube: always 3.6).
+/// The flavor, from `/version` on member 0's client URL (QuantyKube: 3.6's shape, as
+/// 3.7's).
 async fn flavor(cluster: &Cluster) -> Flavor {
     match cluster.target() {
         crate::harness::Target::Quantykube => Flavor::Etcd36,

@@ -152,9 +152,9 @@ async fn status_reports_every_field() {
                 assert_eq!(status.db_size_quota, 0);
                 assert!(status.downgrade_info.is_none());
             }
-            // etcd 3.6: the storage format's version, the flag as given, no downgrade.
+            // etcd 3.7: the storage format's version, the quota, no downgrade.
             Target::Quantykube => {
-                assert_eq!(status.storage_version, "3.6.0", "{status:?}");
+                assert_eq!(status.storage_version, "3.7.0", "{status:?}");
                 assert_eq!(status.db_size_quota, QUOTA as i64);
                 let info = status.downgrade_info.clone().expect("downgrade info");
                 assert!(!info.enabled && info.target_version.is_empty(), "{info:?}");
@@ -171,19 +171,21 @@ async fn status_reports_every_field() {
 }
 
 #[tokio::test]
-async fn status_quota_is_the_flag_as_given() {
+async fn status_quota_is_the_quota_in_force() {
     if Target::from_env() == Target::Etcd {
         // etcd 3.4's Status has no dbSizeQuota.
         return;
     }
-    for (flag, expected) in [(None, 0), (Some("0"), 0), (Some("-1"), -1)] {
+    const DEFAULT: i64 = 2 * 1024 * 1024 * 1024;
+    for (flag, expected) in [(None, DEFAULT), (Some("0"), DEFAULT), (Some("-1"), -1)] {
         let mut options = ClusterOptions::new(1);
         if let Some(value) = flag {
             options = options.arg(format!("--quota-backend-bytes={value}"));
         }
         let cluster = Cluster::start_with(options).await;
         let status = status(&cluster.endpoint(0)).await;
-        // etcd 3.6 reports `cfg.QuotaBackendBytes`, not the 2 GiB it enforces for 0.
+        // etcd 3.7 reports the 2 GiB it enforces for 0 (3.6 reported the flag as given,
+        // 0), and a negative flag as given.
         assert_eq!(
             status.db_size_quota, expected,
             "--quota-backend-bytes={flag:?}"
@@ -219,7 +221,9 @@ async fn downgrade_answers_as_etcd_36_with_no_older_version() {
     const INVALID: &str = "etcdserver: invalid downgrade target version";
     const FORMAT: &str = "etcdserver: wrong downgrade target version format";
     for action in [VALIDATE, ENABLE] {
-        for target in ["3.5", "3.5.0", "3.6", "3.4.23", "2.3"] {
+        // 3.6 included: etcd 3.7 would downgrade to it, but no QuantyKube member can be
+        // replaced by an etcd 3.6 one, so there is nothing to downgrade to.
+        for target in ["3.5", "3.5.0", "3.6", "3.6.0", "3.7", "3.4.23", "2.3"] {
             expect(
                 downgrade(&endpoint, action, target).await,
                 Code::InvalidArgument,
@@ -237,7 +241,7 @@ async fn downgrade_answers_as_etcd_36_with_no_older_version() {
     // CANCEL with nothing to cancel: etcd 3.6 logs `no inflight downgrade job` and
     // answers with the cluster version.
     let cancelled = downgrade(&endpoint, CANCEL, "").await.expect("cancel");
-    assert_eq!(cancelled.version, "3.6");
+    assert_eq!(cancelled.version, "3.7");
     assert_eq!(
         cancelled.header.expect("header").member_id,
         cluster.member_id(1)

@@ -61,7 +61,7 @@ async fn help_and_version_print_and_exit_zero() {
     assert_eq!(code, 0);
     assert!(stdout.to_lowercase().contains("quantykube"), "{stdout}");
     assert!(
-        stdout.contains("3.6"),
+        stdout.contains("3.7"),
         "names the etcd API version: {stdout}"
     );
 }
