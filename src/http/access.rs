@@ -95,6 +95,7 @@ pub async fn control(
         let host = hostname(&request);
         if !access.policy.host_allowed(&host) {
             tracing::warn!(host = %host, "rejecting HTTP request to prevent DNS rebinding attacks");
+            super::drain(request.into_body(), super::DRAIN_BYTES).await;
             // Go's http.Error adds a line end to a text that ends with one.
             return super::health::text_error(
                 StatusCode::MISDIRECTED_REQUEST,
@@ -110,6 +111,7 @@ pub async fn control(
         })
         && access.node.auth().enabled()
     {
+        super::drain(request.into_body(), super::DRAIN_BYTES).await;
         return super::health::text_error(StatusCode::BAD_REQUEST, COMMON_NAME_TEXT);
     }
     let cors = if access.policy.any_origin() {
@@ -123,6 +125,7 @@ pub async fn control(
             .map(str::to_string)
     };
     let mut response = if request.method() == Method::OPTIONS {
+        super::drain(request.into_body(), super::DRAIN_BYTES).await;
         Response::new(Body::empty())
     } else {
         next.run(request).await

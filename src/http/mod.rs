@@ -134,6 +134,30 @@ async fn metrics(method: Method) -> Response<Body> {
     response
 }
 
+/// Reads what is left of a request body, up to `limit` bytes, before an answer that
+/// did not need it. An HTTP/2 stream answered while its client is still sending is
+/// reset (curl reports "Stream error in the HTTP/2 framing layer"), so a refusal reads
+/// the body first, as Go's server does up to 256 KiB; beyond `limit` the client may
+/// see that reset.
+pub async fn drain(body: Body, limit: usize) {
+    drain_stream(&mut body.into_data_stream(), limit).await;
+}
+
+/// As [`drain`], for a body already being read.
+pub async fn drain_stream(stream: &mut axum::body::BodyDataStream, limit: usize) {
+    use futures::StreamExt;
+    let mut read = 0usize;
+    while let Some(Ok(chunk)) = stream.next().await {
+        read = read.saturating_add(chunk.len());
+        if read > limit {
+            return;
+        }
+    }
+}
+
+/// What Go's server reads of a body its handler left unread.
+pub const DRAIN_BYTES: usize = 256 * 1024;
+
 /// What answers a path no route has: a gRPC call gets gRPC's `Unimplemented` (as
 /// tonic's own fallback), anything else Go's `404 page not found`.
 pub async fn fallback(request: Request<Body>) -> Response<Body> {

@@ -111,9 +111,11 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
 async fn serve(gateway: Arc<Gateway>, skip: usize, request: Request<Body>) -> Response<Body> {
     let path = request.uri().path().get(skip..).unwrap_or("");
     let Some(resolved) = gateway.routes.get(path) else {
+        super::drain(request.into_body(), super::DRAIN_BYTES).await;
         return response::go_text_error(StatusCode::NOT_FOUND);
     };
     if request.method() != Method::POST {
+        super::drain(request.into_body(), super::DRAIN_BYTES).await;
         return response::go_text_error(StatusCode::METHOD_NOT_ALLOWED);
     }
     let context = CallContext::of(
@@ -125,6 +127,8 @@ async fn serve(gateway: Arc<Gateway>, skip: usize, request: Request<Body>) -> Re
     let first = next_value(&mut body, &mut values, gateway.max_message_bytes).await;
     match resolved.route.shape {
         Shape::Unary | Shape::ServerStream => {
+            // What follows the first value is ignored, but read (see `drain`).
+            super::drain_stream(&mut body, super::DRAIN_BYTES).await;
             let message = match first.and_then(|value| decode(value, &resolved.input)) {
                 Ok(message) => message,
                 Err(BodyError::Json(text)) => return response::bad_request(text),
