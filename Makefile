@@ -25,9 +25,12 @@ test: deps
 	./tests/helm/run.sh
 	./tests/python/run.sh
 
+## fmt, clippy, and our own .proto files against the API style guide (tools/proto-lint;
+## etcd's protos under proto/etcd are etcd's and exempt).
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo run -q -p proto-lint -- --include proto proto/quantykube
 
 .PHONY: image docker-test
 

@@ -1,4 +1,4 @@
-//! Compiles etcd's API and QuantyKube's raft command envelope into Rust.
+//! Compiles etcd's API, QuantyKube's admin API and its raft command envelope into Rust.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A vendored protoc keeps the build free of a system package.
@@ -8,10 +8,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // The descriptors travel with the binary: the JSON gateway reads and writes every
     // message through them.
+    // google/protobuf/timestamp.proto, which the admin API's resources import.
+    let well_known = protoc_bin_vendored::include_path()?
+        .to_string_lossy()
+        .into_owned();
     let descriptors = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("descriptors.bin");
     tonic_prost_build::configure()
         .file_descriptor_set_path(descriptors)
         .bytes(".")
+        // The admin API's Member keeps the fields it does not know (src/admin/member_message.rs).
+        .extern_path(
+            ".quantykube.admin.v1.Member",
+            "crate::admin::member_message::Member",
+        )
         .generate_default_stubs(true)
         .build_client(true)
         .compile_protos(
@@ -20,9 +29,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "proto/etcd/leasepb/lease.proto",
                 "proto/etcd/v3lockpb/v3lock.proto",
                 "proto/etcd/v3electionpb/v3election.proto",
-                "proto/quantykube/command.proto",
+                // The raft log's envelope: internal, so outside proto/quantykube/,
+                // whose files are the API of our own that the style lint checks.
+                "proto/internal/command.proto",
+                "proto/quantykube/admin/v1/admin.proto",
             ],
-            &["proto/etcd", "proto"],
+            &["proto/etcd", "proto", &well_known],
         )?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())

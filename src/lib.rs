@@ -4,6 +4,7 @@
 //! revision store on every member; reads are served from any member's applied state.
 //! See `docs/architecture.md` for the map of modules.
 
+pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod backup;

@@ -47,6 +47,10 @@ fn main() -> ExitCode {
     {
         return quantykube::backup::cli::main(std::env::args_os().skip(2));
     }
+    // `quantykube admin members|snapshots ...`: the admin API from the shell.
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == "admin") {
+        return quantykube::admin::cli::main(std::env::args_os().skip(2));
+    }
     // `quantykube pod start|stop|check`: a member's start logic and hooks in a
     // StatefulSet or compose.
     if std::env::args_os().nth(1).is_some_and(|arg| arg == "pod") {

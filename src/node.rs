@@ -107,11 +107,18 @@ pub struct Node {
     changes: MemberChanges,
     /// Seconds since the Unix epoch, for the ids MemberAdd computes as etcd does.
     wall_clock: fn() -> u64,
+    /// Where the admin API keeps the snapshot files this member holds.
+    admin_snapshot_dir: PathBuf,
 }
 
 impl Node {
     pub fn guard(&self) -> &Arc<ClusterGuard> {
         &self.guard
+    }
+
+    /// Where the admin API's snapshot files held by this member live.
+    pub fn admin_snapshot_dir(&self) -> &std::path::Path {
+        &self.admin_snapshot_dir
     }
 
     pub fn member_changes(&self) -> &MemberChanges {
@@ -215,7 +222,16 @@ impl Node {
             .borrow_watched()
             .current_leader
             .ok_or_else(status::no_leader)?;
-        let url = store::read_member_attributes(&self.store, leader)
+        self.member_channel(leader).await
+    }
+
+    /// A channel to `member_id`'s first published TCP client URL, if it published one;
+    /// `no leader` otherwise, as the one caller that cannot do without it expects.
+    pub async fn member_channel(
+        &self,
+        member_id: NodeId,
+    ) -> Result<tonic::transport::Channel, Status> {
+        let url = store::read_member_attributes(&self.store, member_id)
             .map_err(status::from_store)?
             .and_then(|attributes| {
                 attributes
@@ -225,7 +241,7 @@ impl Node {
             })
             .ok_or_else(status::no_leader)?;
         let endpoint = tonic::transport::Endpoint::from_shared(url)
-            .map_err(|e| status::internal("leader client url", &e))?
+            .map_err(|e| status::internal("member client url", &e))?
             .connect_timeout(self.election_timeout);
         self.dialer
             .dial(endpoint)
@@ -897,6 +913,7 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
             max_learners: config.max_learners,
         }),
         wall_clock: environment.wall_clock,
+        admin_snapshot_dir: config.data_dir.join("admin-snapshots"),
     });
     tracing::info!(
         name = %config.name,

@@ -1,5 +1,5 @@
-//! Generated protobuf types: etcd's API (wire-identical to etcd) and the raft command
-//! envelope. Only generated code lives here.
+//! Generated protobuf types: etcd's API (wire-identical to etcd), QuantyKube's admin API
+//! and the raft command envelope. Only generated code lives here.
 
 #![allow(clippy::all, missing_docs)]
 
@@ -36,6 +36,16 @@ pub mod quantykube {
     }
 }
 
+/// QuantyKube's admin API (src/admin), the one API of our own.
+pub mod admin {
+    pub mod v1 {
+        tonic::include_proto!("quantykube.admin.v1");
+        /// Hand-written, to keep unknown fields (see its module).
+        pub use crate::admin::member_message::Member;
+    }
+}
+
+pub use self::admin::v1 as admin_v1;
 pub use self::quantykube::command::v1 as command;
 
 /// The descriptors of every message and service above, as protoc wrote them at build

@@ -3,7 +3,9 @@
 //! (`membership::change`), relayed there by any other member, as etcd forwards them.
 //!
 //! A relayed request is marked, and a member that receives a marked request without
-//! leading answers `leader changed` instead of relaying again: no request loops.
+//! leading answers `leader changed` instead of relaying again: no request loops. That
+//! answer means the change was not carried out, so the member that relayed it asks the
+//! leader it finds next, a bounded number of times, before passing it to the client.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +43,12 @@ enum Done {
     Here(Option<openraft::Membership<u64, quantykube_raft::Member>>),
     /// On the leader: the request goes there.
     Relay(ClusterClient<Channel>),
+}
+
+/// A change carried out: here, or by the leader, whose answer is `R`.
+enum Carried<R> {
+    Here(Option<openraft::Membership<u64, quantykube_raft::Member>>),
+    Relayed(R),
 }
 
 impl ClusterService {
@@ -88,6 +96,35 @@ impl ClusterService {
         match committed {
             Some(membership) => Self::members_in(&self.node, &membership),
             None => Self::members(&self.node),
+        }
+    }
+
+    /// Carries out `change` here if this member leads, or has `send` relay it to the
+    /// leader. A leader answers `leader changed` only for a change it did not carry out
+    /// (`on_leader`), so such an answer to a relay (leadership moved on while the request
+    /// was on its way, as under an election) is asked again of the leader found then.
+    async fn carry_out<R, F, Fut>(
+        &self,
+        relayed: bool,
+        change: Change,
+        send: F,
+    ) -> Result<Carried<R>, Status>
+    where
+        F: Fn(ClusterClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<R, Status>>,
+    {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.on_leader(relayed, change.clone()).await? {
+                Done::Here(committed) => return Ok(Carried::Here(committed)),
+                Done::Relay(leader) => match send(leader).await {
+                    Err(answer) if attempt < ATTEMPTS && is_leader_changed(&answer) => {
+                        tokio::time::sleep(self.node.election_timeout()).await;
+                    }
+                    answer => return answer.map(Carried::Relayed),
+                },
+            }
         }
     }
 
@@ -148,14 +185,19 @@ impl ClusterService {
     }
 }
 
+fn is_leader_changed(answer: &Status) -> bool {
+    let changed = status::leader_changed();
+    answer.code() == changed.code() && answer.message() == changed.message()
+}
+
 /// True for a request another member relayed here.
-pub(super) fn relayed<T>(request: &Request<T>) -> bool {
+pub(crate) fn relayed<T>(request: &Request<T>) -> bool {
     request.metadata().contains_key(RELAYED)
 }
 
 /// `message` as a request relayed to the leader: marked, so it is never relayed again,
 /// and carrying the caller's token, so that the leader authorises the same caller.
-pub(super) fn mark<T>(message: T, caller: &Caller) -> Request<T> {
+pub(crate) fn mark<T>(message: T, caller: &Caller) -> Request<T> {
     let mut request = caller.relayed(message);
     request
         .metadata_mut()
@@ -166,7 +208,7 @@ pub(super) fn mark<T>(message: T, caller: &Caller) -> Request<T> {
 
 /// etcd's `types.NewURLs`: each URL is `scheme://host:port` with a scheme etcd knows
 /// and no path. Returned sorted, as etcd keeps them.
-fn peer_urls(given: &[String]) -> Result<Vec<String>, Status> {
+pub(crate) fn peer_urls(given: &[String]) -> Result<Vec<String>, Status> {
     let bad = || status::from_membership(MembershipError::BadUrls);
     if given.is_empty() {
         return Err(bad());
@@ -217,14 +259,18 @@ impl Cluster for ClusterService {
             id,
             peer_urls: urls.clone(),
             is_learner: req.is_learner,
+            name: String::new(),
         };
-        let response = match self.on_leader(relayed, change).await? {
-            Done::Relay(mut leader) => {
-                let mut response = leader.member_add(mark(req, &caller)).await?.into_inner();
+        let send = |mut leader: ClusterClient<Channel>| {
+            let request = mark(req.clone(), &caller);
+            async move { Ok(leader.member_add(request).await?.into_inner()) }
+        };
+        let response = match self.carry_out(relayed, change, send).await? {
+            Carried::Relayed(mut response) => {
                 response.header = Some(self.header()?);
                 response
             }
-            Done::Here(committed) => MemberAddResponse {
+            Carried::Here(committed) => MemberAddResponse {
                 header: Some(self.header()?),
                 member: Some(Member {
                     id,
@@ -248,15 +294,13 @@ impl Cluster for ClusterService {
         authorized::check(&self.node, &caller, &[Action::Admin]).await?;
         let req = request.into_inner();
         let change = Change::Remove { id: req.id };
-        let members = match self.on_leader(relayed, change).await? {
-            Done::Relay(mut leader) => {
-                leader
-                    .member_remove(mark(req, &caller))
-                    .await?
-                    .into_inner()
-                    .members
-            }
-            Done::Here(committed) => self.members_after(committed)?,
+        let send = |mut leader: ClusterClient<Channel>| {
+            let request = mark(req, &caller);
+            async move { Ok(leader.member_remove(request).await?.into_inner().members) }
+        };
+        let members = match self.carry_out(relayed, change, send).await? {
+            Carried::Relayed(members) => members,
+            Carried::Here(committed) => self.members_after(committed)?,
         };
         Ok(Response::new(MemberRemoveResponse {
             header: Some(self.header()?),
@@ -277,15 +321,13 @@ impl Cluster for ClusterService {
             id: req.id,
             peer_urls: urls,
         };
-        let members = match self.on_leader(relayed, change).await? {
-            Done::Relay(mut leader) => {
-                leader
-                    .member_update(mark(req, &caller))
-                    .await?
-                    .into_inner()
-                    .members
-            }
-            Done::Here(committed) => self.members_after(committed)?,
+        let send = |mut leader: ClusterClient<Channel>| {
+            let request = mark(req.clone(), &caller);
+            async move { Ok(leader.member_update(request).await?.into_inner().members) }
+        };
+        let members = match self.carry_out(relayed, change, send).await? {
+            Carried::Relayed(members) => members,
+            Carried::Here(committed) => self.members_after(committed)?,
         };
         Ok(Response::new(MemberUpdateResponse {
             header: Some(self.header()?),
@@ -317,15 +359,13 @@ impl Cluster for ClusterService {
         authorized::check(&self.node, &caller, &[Action::Admin]).await?;
         let req = request.into_inner();
         let change = Change::Promote { id: req.id };
-        let members = match self.on_leader(relayed, change).await? {
-            Done::Relay(mut leader) => {
-                leader
-                    .member_promote(mark(req, &caller))
-                    .await?
-                    .into_inner()
-                    .members
-            }
-            Done::Here(committed) => self.members_after(committed)?,
+        let send = |mut leader: ClusterClient<Channel>| {
+            let request = mark(req, &caller);
+            async move { Ok(leader.member_promote(request).await?.into_inner().members) }
+        };
+        let members = match self.carry_out(relayed, change, send).await? {
+            Carried::Relayed(members) => members,
+            Carried::Here(committed) => self.members_after(committed)?,
         };
         Ok(Response::new(MemberPromoteResponse {
             header: Some(self.header()?),

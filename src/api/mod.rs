@@ -30,6 +30,7 @@ use tonic::transport::Server;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
 use crate::node::Node;
+use crate::proto::admin_v1::admin_server::AdminServer;
 use crate::proto::etcdserverpb::auth_server::AuthServer;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
@@ -117,8 +118,8 @@ pub fn client_service(node: Arc<Node>, routes: Routes) -> crate::http::gateway::
     tower::util::BoxCloneSyncService::new(service)
 }
 
-/// The client-facing gRPC routes: etcd's six services, Lock and Election, and gRPC
-/// health.
+/// The client-facing gRPC routes: etcd's six services, Lock and Election, our admin
+/// API, and gRPC health.
 pub fn client_routes<H: Health>(node: Arc<Node>, health: HealthServer<H>) -> Routes {
     let max = node
         .limits()
@@ -152,7 +153,13 @@ pub fn client_routes<H: Health>(node: Arc<Node>, health: HealthServer<H>) -> Rou
             MaintenanceServer::new(maintenance::MaintenanceService::new(node.clone()))
                 .max_decoding_message_size(max),
         )
-        .add_service(AuthServer::new(auth::AuthService::new(node)).max_decoding_message_size(max))
+        .add_service(
+            AuthServer::new(auth::AuthService::new(node.clone())).max_decoding_message_size(max),
+        )
+        // Our own admin API (src/admin), beside etcd's.
+        .add_service(
+            AdminServer::new(crate::admin::AdminService::new(node)).max_decoding_message_size(max),
+        )
         .add_service(health);
     routes.routes()
 }

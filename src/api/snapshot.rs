@@ -177,12 +177,7 @@ impl<O: Outbox> Write for BlobSender<O> {
 pub async fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream {
     let store = node.store().clone();
     let version = node.storage_version();
-    // etcd's `alarm` bucket: each active alarm's `AlarmMember`, an empty value.
-    let alarms = store
-        .alarms()
-        .iter()
-        .map(|alarm| (prost::Message::encode_to_vec(alarm), Vec::new()))
-        .collect();
+    let alarms = store.alarm_bucket();
     // No snapshot install may run while the export's RocksDB snapshot is taken.
     let no_install = store.readable().await;
     if node.offload() == Offload::Inline {

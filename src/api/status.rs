@@ -139,6 +139,7 @@ pub fn from_membership(error: MembershipError) -> Status {
         // etcd maps this one to a client-side error value, not a status, so grpc-go
         // sends it as Unknown (every etcd since 3.3); clients match the text.
         E::NotEnoughStarted => Status::unknown(text),
+        E::NameExists => Status::already_exists(text),
         // etcd maps membership.ErrIDRemoved to ErrGRPCMemberNotFound.
         E::NotFound | E::Removed => Status::not_found("etcdserver: member not found"),
         E::BadUrls => Status::invalid_argument(text),
@@ -239,6 +240,12 @@ pub fn from_command_error(kind: Kind) -> Status {
         Kind::LeaseExists => lease_exists(),
         Kind::NoSpace => no_space(),
         Kind::Corrupt => corrupt(),
+        // The admin API's guards; `admin::error` words them for its resource.
+        Kind::VersionMismatch => {
+            Status::aborted("the resource's uid or version is not the one given")
+        }
+        Kind::ResourceNotFound => Status::not_found("the resource does not exist"),
+        Kind::ResourceExists => Status::already_exists("the resource already exists"),
         _ => internal("apply", &format!("unexpected command error {kind:?}")),
     }
 }

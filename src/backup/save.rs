@@ -10,12 +10,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tonic::transport::Endpoint;
-
 use super::file;
 use super::BackupError;
-use crate::bench::auth::{AuthChannel, Credentials, Session};
-use crate::bench::tls::{ClientTls, TlsFiles};
+use crate::bench::auth::Credentials;
+use crate::bench::tls::TlsFiles;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::SnapshotRequest;
 
@@ -46,28 +44,15 @@ pub async fn save(request: &Save<'_>) -> Result<PathBuf, BackupError> {
             )))
         }
     };
-    let url = crate::bench::conn::normalise(endpoint, request.tls.requested())
-        .map_err(|e| BackupError::Write(e.to_string()))?;
-    let tls = ClientTls::from_files(&request.tls).map_err(|e| BackupError::Write(e.to_string()))?;
-    let mut channel = Endpoint::from_shared(url.clone())
-        .map_err(|e| BackupError::Write(format!("{url}: {e}")))?
-        .connect_timeout(request.dial_timeout);
-    if let (Some(tls), true) = (&tls, url.starts_with("https://")) {
-        channel = tls
-            .apply(channel, &url)
-            .map_err(|e| BackupError::Write(e.to_string()))?;
-    }
-    let channel = channel
-        .connect()
-        .await
-        .map_err(|e| BackupError::Write(format!("{url}: {}", crate::transport::error_chain(&e))))?;
-    let session = match request.user {
-        Some(user) => Session::open(channel.clone(), &url, user, AUTH_TIMEOUT)
-            .await
-            .map_err(|e| BackupError::Write(e.to_string()))?,
-        None => None,
-    };
-    let channel = AuthChannel::new(channel, session);
+    let channel = crate::bench::conn::dial(
+        endpoint,
+        &request.tls,
+        request.dial_timeout,
+        request.user,
+        AUTH_TIMEOUT,
+    )
+    .await
+    .map_err(BackupError::Write)?;
     let target = target_file(request.target)?;
     let part = PathBuf::from(format!("{}.part", target.display()));
     let mut out = std::fs::File::create(&part).map_err(BackupError::file(&part))?;

@@ -17,10 +17,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
-use super::auth::{AuthChannel, Session};
+use super::auth::{AuthChannel, Credentials, Session};
 use super::cli::GlobalArgs;
 use super::error::{code_name, BenchError};
-use super::tls::ClientTls;
+use super::tls::{ClientTls, TlsFiles};
 use crate::proto::etcdserverpb::kv_client::KvClient;
 use crate::proto::etcdserverpb::lease_client::LeaseClient;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
@@ -166,6 +166,37 @@ impl Settings {
         };
         Ok(endpoint.connect_lazy())
     }
+}
+
+/// One connection to `endpoint` as etcdctl makes it for a single-member command
+/// (`snapshot save`, `quantykube admin`): its TLS flags, dial timeout and `--user`
+/// (authenticated once; the token then goes with every request). Errors are for people.
+pub async fn dial(
+    endpoint: &str,
+    tls: &TlsFiles<'_>,
+    dial_timeout: Duration,
+    user: Option<&Credentials>,
+    auth_timeout: Duration,
+) -> Result<AuthChannel, String> {
+    let url = normalise(endpoint, tls.requested()).map_err(|e| e.to_string())?;
+    let client_tls = ClientTls::from_files(tls).map_err(|e| e.to_string())?;
+    let mut channel = Endpoint::from_shared(url.clone())
+        .map_err(|e| format!("{url}: {e}"))?
+        .connect_timeout(dial_timeout);
+    if let (Some(client_tls), true) = (&client_tls, url.starts_with("https://")) {
+        channel = client_tls.apply(channel, &url).map_err(|e| e.to_string())?;
+    }
+    let channel = channel
+        .connect()
+        .await
+        .map_err(|e| format!("{url}: {}", crate::transport::error_chain(&e)))?;
+    let session = match user {
+        Some(user) => Session::open(channel.clone(), &url, user, auth_timeout)
+            .await
+            .map_err(|e| e.to_string())?,
+        None => None,
+    };
+    Ok(AuthChannel::new(channel, session))
 }
 
 /// `http://host:port`, `https://host:port` or `host:port` as a URL. A bare `host:port`

@@ -344,7 +344,8 @@ fn after_help() -> String {
          shown, which is what QuantyKube does anyway):\n{}\n\n\
          `quantykube bench <workload> [flags]` is the load generator instead of a server\n\
          (put, range, txn-cas, mixed, watch, lease-keepalive against any etcd endpoint);\n\
-         see `quantykube bench --help`.",
+         see `quantykube bench --help`. `quantykube admin members|snapshots ...` drives the\n\
+         admin API (see `quantykube admin --help`).",
         wrap(&tuning),
         wrap(&refused)
     )

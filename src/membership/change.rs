@@ -222,6 +222,7 @@ async fn carry_out(
                 } else {
                     response.membership
                 };
+                membership_published(node, &response.log_id).await;
                 return Ok(Outcome::Done(committed));
             }
             Err(error) if retry_later(&error) => {
@@ -253,6 +254,16 @@ async fn settled_membership(
     }
 }
 
+/// Waits (a few election timeouts at most) until raft's metrics, which MemberList and
+/// the next change read, show the membership of `log_id` or a later one: the write
+/// returns once the entry applies, and the metrics may be published a moment after, so
+/// without this a MemberList right after MemberAdd could miss the member just added.
+async fn membership_published(node: &Node, log_id: &quantykube_raft::LogId) {
+    let mut metrics = node.raft().metrics();
+    let published = metrics.wait_until(|m| m.membership_config.log_id().as_ref() >= Some(log_id));
+    let _ = tokio::time::timeout(node.election_timeout() * 5, published).await;
+}
+
 /// The openraft change that carries out `change`, and its `retain` flag.
 fn openraft_change(
     node: &Node,
@@ -265,9 +276,10 @@ fn openraft_change(
             id,
             peer_urls,
             is_learner,
+            name,
         } => {
             let member = Member {
-                name: String::new(),
+                name: name.clone(),
                 peer_urls: peer_urls.clone(),
                 client_urls: Vec::new(),
             };
@@ -331,13 +343,22 @@ pub fn view(node: &Node) -> Result<ClusterView, MembershipError> {
         leader_index: metrics.last_log_index.unwrap_or(0),
         ..Default::default()
     };
+    let store_error = |e: store::StoreError| MembershipError::Store(e.to_string());
     for id in voters.iter().chain(&learners) {
-        let published = store::read_member_attributes(node.store(), *id)
-            .map_err(|e| MembershipError::Store(e.to_string()))?;
-        if published.is_some_and(|a| !a.name.is_empty()) {
+        let published = store::read_member_attributes(node.store(), *id).map_err(store_error)?;
+        if let Some(published) = published.filter(|a| !a.name.is_empty()) {
             view.started.insert(*id);
+            view.names.insert(published.name);
         }
     }
+    view.names.extend(
+        membership
+            .nodes()
+            .map(|(_, m)| m.name.clone())
+            .filter(|name| !name.is_empty()),
+    );
+    let records = store::member_records::read_member_records(node.store()).map_err(store_error)?;
+    view.names.extend(records.into_values().map(|r| r.name));
     view.connected.insert(node.id());
     if let Some(heartbeats) = &metrics.heartbeat {
         for (id, acked) in heartbeats {

@@ -7,6 +7,9 @@ use thiserror::Error;
 pub enum MembershipError {
     #[error("member ID already exist")]
     IdExists,
+    /// The admin API's CreateMember: another member has the name.
+    #[error("member name already exists")]
+    NameExists,
     #[error("Peer URLs already exists")]
     PeerUrlExists,
     #[error("member not found")]

@@ -30,6 +30,9 @@ pub struct ClusterView {
     pub started: BTreeSet<NodeId>,
     /// Ids the cluster removed.
     pub removed: BTreeSet<NodeId>,
+    /// Names members use: given when added, published, or held by the admin API's
+    /// records.
+    pub names: BTreeSet<String>,
     /// Voters the leader heard from recently (itself included).
     pub connected: BTreeSet<NodeId>,
     /// The leader's last log index, and each member's matched index.
@@ -52,6 +55,9 @@ pub enum Change {
         id: NodeId,
         peer_urls: Vec<String>,
         is_learner: bool,
+        /// The name the new member will start with: empty from etcd's MemberAdd, the
+        /// resource name from the admin API's CreateMember (which must be free).
+        name: String,
     },
     Remove {
         id: NodeId,
@@ -97,6 +103,7 @@ pub fn check(view: &ClusterView, change: &Change, policy: Policy) -> Result<(), 
             id,
             peer_urls,
             is_learner,
+            name,
         } => {
             if policy.strict && !is_learner {
                 // IsReadyToAddVotingMember: the new member counts, not as started.
@@ -114,6 +121,9 @@ pub fn check(view: &ClusterView, change: &Change, policy: Policy) -> Result<(), 
             }
             if view.is_member(*id) {
                 return Err(MembershipError::IdExists);
+            }
+            if !name.is_empty() && view.names.contains(name) {
+                return Err(MembershipError::NameExists);
             }
             if view.urls_taken(peer_urls, None) {
                 return Err(MembershipError::PeerUrlExists);
@@ -224,6 +234,7 @@ mod tests {
             id,
             peer_urls: vec![url.into()],
             is_learner,
+            name: String::new(),
         }
     }
 

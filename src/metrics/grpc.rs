@@ -55,7 +55,7 @@ const SERVER_STREAM: &str = "server_stream";
 const BIDI_STREAM: &str = "bidi_stream";
 
 /// Every RPC the client port serves: (service, method, go-grpc-prometheus type).
-pub const METHODS: [(&str, &str, &str); 49] = [
+pub const METHODS: [(&str, &str, &str); 61] = [
     ("etcdserverpb.KV", "Range", UNARY),
     ("etcdserverpb.KV", "RangeStream", SERVER_STREAM),
     ("etcdserverpb.KV", "Put", UNARY),
@@ -103,6 +103,22 @@ pub const METHODS: [(&str, &str, &str); 49] = [
     ("v3electionpb.Election", "Leader", UNARY),
     ("v3electionpb.Election", "Observe", SERVER_STREAM),
     ("v3electionpb.Election", "Resign", UNARY),
+    ("quantykube.admin.v1.Admin", "GetMember", UNARY),
+    ("quantykube.admin.v1.Admin", "ListMembers", UNARY),
+    ("quantykube.admin.v1.Admin", "CreateMember", UNARY),
+    ("quantykube.admin.v1.Admin", "UpdateMember", UNARY),
+    ("quantykube.admin.v1.Admin", "DeleteMember", UNARY),
+    ("quantykube.admin.v1.Admin", "PromoteMember", UNARY),
+    ("quantykube.admin.v1.Admin", "ElectMember", UNARY),
+    ("quantykube.admin.v1.Admin", "GetSnapshot", UNARY),
+    ("quantykube.admin.v1.Admin", "ListSnapshots", UNARY),
+    ("quantykube.admin.v1.Admin", "CreateSnapshot", UNARY),
+    ("quantykube.admin.v1.Admin", "DeleteSnapshot", UNARY),
+    (
+        "quantykube.admin.v1.Admin",
+        "DownloadSnapshot",
+        SERVER_STREAM,
+    ),
     ("grpc.health.v1.Health", "Check", UNARY),
     ("grpc.health.v1.Health", "Watch", SERVER_STREAM),
 ];

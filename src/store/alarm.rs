@@ -135,6 +135,15 @@ impl RevisionStore {
         self.alarms.get()
     }
 
+    /// etcd's snapshot `alarm` bucket: each active alarm's `AlarmMember` as a key, with
+    /// an empty value.
+    pub fn alarm_bucket(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.alarms()
+            .iter()
+            .map(|alarm| (prost::Message::encode_to_vec(alarm), Vec::new()))
+            .collect()
+    }
+
     /// True while any member has raised `alarm`.
     pub fn has_alarm(&self, alarm: AlarmType) -> bool {
         self.alarms.has(alarm)

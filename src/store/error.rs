@@ -31,6 +31,15 @@ pub enum StoreError {
     /// revision than the one applied).
     #[error("{0}")]
     Auth(#[from] crate::auth::AuthError),
+    /// The admin API: a guarded sync's uid or version is not the record's.
+    #[error("the resource's uid or version is not the one given")]
+    VersionMismatch,
+    /// The admin API: a guarded sync names a member without a record.
+    #[error("the resource does not exist")]
+    ResourceNotFound,
+    /// The admin API: a resource of that name exists.
+    #[error("the resource already exists")]
+    ResourceExists,
     #[error("rocksdb: {0}")]
     Rocks(#[from] rocksdb::Error),
     #[error("store data is corrupt: {0}")]
@@ -57,6 +66,9 @@ impl StoreError {
                 | StoreError::NoSpace
                 | StoreError::CorruptAlarm
                 | StoreError::Auth(_)
+                | StoreError::VersionMismatch
+                | StoreError::ResourceNotFound
+                | StoreError::ResourceExists
         )
     }
 }

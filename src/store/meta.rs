@@ -259,6 +259,27 @@ pub fn stage_forget_member_attributes(
     Ok(())
 }
 
+/// Every value of the meta column family under `prefix`, in key order.
+pub(super) fn values_under(
+    store: &RevisionStore,
+    prefix: &[u8],
+) -> Result<Vec<Box<[u8]>>, StoreError> {
+    let cf = store.cf(CF_META)?;
+    let mut values = Vec::new();
+    let iter = store.db.iterator_cf(
+        cf,
+        rocksdb::IteratorMode::From(prefix, rocksdb::Direction::Forward),
+    );
+    for item in iter {
+        let (key, value) = item?;
+        if !key.starts_with(prefix) {
+            break;
+        }
+        values.push(value);
+    }
+    Ok(values)
+}
+
 /// One record per member the cluster removed: etcd never lets a removed id back.
 const REMOVED_MEMBER_PREFIX: &[u8] = b"removed_member/";
 

@@ -23,10 +23,12 @@ mod hash;
 mod import;
 mod latest;
 mod lease;
+pub mod member_records;
 mod meta;
 mod range;
 mod range_stream;
 mod snapshot;
+pub mod snapshot_records;
 pub mod txn;
 mod write;
 

@@ -24,7 +24,10 @@ use super::lease::LeaseRecord;
 use super::meta::{self, Revisions};
 use super::range::{self, Overlay, Reader};
 use super::txn::{self, Path};
-use super::{alarm, compaction, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_LATEST};
+use super::{
+    alarm, compaction, member_records, snapshot_records, RevisionStore, StoreError, CF_HISTORY,
+    CF_KV, CF_LATEST,
+};
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_error::Kind;
 use crate::proto::command::command_result::Result as CommandResultKind;
@@ -343,6 +346,9 @@ fn error_result(error: StoreError) -> Result<CommandResult, StoreError> {
         StoreError::NoSpace => Kind::NoSpace,
         StoreError::CorruptAlarm => Kind::Corrupt,
         StoreError::Auth(refusal) => refusal.kind(),
+        StoreError::VersionMismatch => Kind::VersionMismatch,
+        StoreError::ResourceNotFound => Kind::ResourceNotFound,
+        StoreError::ResourceExists => Kind::ResourceExists,
         fatal => return Err(fatal),
     };
     Ok(CommandResult {
@@ -458,6 +464,23 @@ impl<'s> ApplyBatch<'s> {
                         .map(CommandResultKind::Auth),
                     None => Err(StoreError::corrupt("empty auth command")),
                 },
+                Some(CommandRequest::SyncMemberRecords(sync)) => {
+                    member_records::stage_sync(store, &mut txn.staged.batch, log_id.index, sync)
+                        .map(|()| CommandResultKind::SyncMemberRecords(Default::default()))
+                }
+                Some(CommandRequest::ChangeSnapshotRecord(change)) => {
+                    snapshot_records::stage_change(
+                        store,
+                        &mut txn.staged.batch,
+                        log_id.index,
+                        change,
+                    )
+                    .map(|record| {
+                        CommandResultKind::ChangeSnapshotRecord(
+                            crate::proto::command::ChangeSnapshotRecordResult { record },
+                        )
+                    })
+                }
                 None => Err(StoreError::corrupt("empty command")),
             }
         };
@@ -493,6 +516,13 @@ impl<'s> ApplyBatch<'s> {
             self.flush()?;
             store.reload_alarms()?;
         }
+        if matches!(
+            command.request,
+            Some(CommandRequest::SyncMemberRecords(_) | CommandRequest::ChangeSnapshotRecord(_))
+        ) {
+            // A later record change in the batch reads the records this one wrote.
+            self.flush()?;
+        }
         if matches!(command.request, Some(CommandRequest::Auth(_))) {
             // Later commands are checked against the auth revision: write it first.
             self.flush()?;
@@ -513,8 +543,13 @@ impl<'s> ApplyBatch<'s> {
     fn needs_fresh_start(&self, command: &Command) -> bool {
         match &command.request {
             Some(CommandRequest::Txn(t)) => txn_needs_fresh_start(t, &self.staged.overlay),
+            // A member records sync reads the membership and records as written.
             Some(
-                CommandRequest::Compaction(_) | CommandRequest::Alarm(_) | CommandRequest::Auth(_),
+                CommandRequest::Compaction(_)
+                | CommandRequest::Alarm(_)
+                | CommandRequest::Auth(_)
+                | CommandRequest::SyncMemberRecords(_)
+                | CommandRequest::ChangeSnapshotRecord(_),
             ) => true,
             _ => changes_leases(command),
         }

@@ -107,10 +107,15 @@ fn dockerfile_builds_what_the_workspace_needs() {
         .lines()
         .filter(|l| l.trim_start().starts_with("COPY ") && !l.contains("--from"))
         .collect();
+    // A path is copied when it, or a folder holding it, is a COPY source:
+    // `COPY tools tools` brings `tools/proto-lint`.
     let copied = |path: &str| {
-        copies
-            .iter()
-            .any(|l| l.split_whitespace().skip(1).any(|word| word == path))
+        copies.iter().any(|l| {
+            l.split_whitespace().skip(1).any(|word| {
+                let word = word.trim_end_matches('/');
+                path == word || path.starts_with(&format!("{word}/"))
+            })
+        })
     };
     // Workspace members (besides ".") and [patch] paths.
     let mut needed = vec!["Cargo.toml", "Cargo.lock", "build.rs", "src", "proto"];

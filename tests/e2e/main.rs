@@ -1,6 +1,7 @@
 //! End-to-end tests against real server processes: QuantyKube by default, or etcd
 //! with `QK_TEST_TARGET=etcd` (see `harness.rs`). One test binary for all modules.
 
+mod admin_support;
 mod auth_support;
 mod certs;
 mod gateway_support;
@@ -8,6 +9,9 @@ mod harness;
 mod prometheus_text;
 mod raw;
 
+mod admin_cli;
+mod admin_members;
+mod admin_snapshots;
 mod auth;
 mod auth_cluster;
 mod auth_enforce;

@@ -205,7 +205,7 @@ fn restore_command(target: Target, file: &Path, spec: &MemberSpec) -> Command {
 }
 
 /// Starts `members` members of `target`, each restored from `file` first.
-async fn restored_cluster(target: Target, members: usize, file: PathBuf) -> Cluster {
+pub(crate) async fn restored_cluster(target: Target, members: usize, file: PathBuf) -> Cluster {
     ClusterOptions::new(members)
         .target(target)
         .prepare(move |spec| run(restore_command(target, &file, spec)))
