@@ -7,6 +7,7 @@
 # Usage: deploy/bench/one-run.sh                       # put x100 for 20 s, release binary
 #        QK=/path/to/quantykube WORKLOAD=txn-cas deploy/bench/one-run.sh
 #        PERF=1 deploy/bench/one-run.sh                # + perf record of all members
+#        PERF=1 COST_MODEL=1 deploy/bench/one-run.sh   # + CPU per put per stage (cost-model.py)
 #        TOTAL=400000 deploy/bench/one-run.sh          # load that many distinct keys instead
 #        SERVER=$(command -v etcd) deploy/bench/one-run.sh   # the same against etcd
 #        TLS=1 deploy/bench/one-run.sh                # client and peer mTLS (members.sh)
@@ -101,3 +102,19 @@ print(d["workload"], round(d["throughput"]), "ops/s  p50", d["latency_ms"]["p50"
       " CPU/op: servers", per_op(user + system), "us (kernel", per_op(system), "us), client",
       per_op(float(os.environ["CLIENT_S"])), "us")' <"$WORK/result.json"
 if [ -n "$perf_pid" ]; then wait "$perf_pid"; fi
+if [ -n "${COST_MODEL:-}" ] && [ -n "$perf_pid" ]; then
+  # The leader is the member whose own id is the leader etcdctl's status reports; the
+  # pids are in the order of $ENDPOINTS. Operations in perf's 12 s window: throughput x 12.
+  leader_pid=""; follower_pids=(); i=0
+  for endpoint in ${ENDPOINTS//,/ }; do
+    if ETCDCTL_API=3 etcdctl --endpoints "$endpoint" "${BENCH_TLS[@]}" endpoint status -w json |
+      python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["Status"]; sys.exit(s["header"]["member_id"] != s["leader"])'; then
+      leader_pid=${pids[$i]}
+    else
+      follower_pids+=("${pids[$i]}")
+    fi
+    i=$((i + 1))
+  done
+  ops=$(python3 -c 'import json,sys; print(round(json.load(sys.stdin)["throughput"] * 12))' <"$WORK/result.json")
+  python3 "$(dirname "$0")/cost-model.py" "${PERF_DATA:-/var/tmp/qk-perf.data}" "$ops" "$leader_pid" "${follower_pids[@]}"
+fi
