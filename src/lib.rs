@@ -13,6 +13,7 @@ pub mod compactor;
 pub mod concurrency;
 pub mod config;
 pub mod corruption;
+pub mod disk;
 pub mod http;
 pub mod identity;
 pub mod lessor;

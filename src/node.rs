@@ -18,7 +18,7 @@ use prost::Message;
 use quantykube_raft::{
     raft_config, ClusterGuard, Command as RaftCommand, DialOptions, Dialer, LogStore, Member,
     NodeId, PeerChannels, PeerNetworkFactory, PeerService, Raft, RaftClient, RaftClientOptions,
-    TcpDialer, WalSyncer, LOG_COLUMN_FAMILIES, MEMBER_REMOVED,
+    TcpDialer, WalSyncer, MEMBER_REMOVED,
 };
 use std::pin::Pin;
 use thiserror::Error;
@@ -765,8 +765,8 @@ async fn follow_membership(node: Arc<Node>) {
 /// membership from `--initial-cluster`, as etcd's static bootstrap does.
 async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<Node>, NodeError> {
     std::fs::create_dir_all(&config.data_dir)?;
-    let db = store::open_database(&config.data_dir.join("db"), LOG_COLUMN_FAMILIES)?;
-    let revision_store = Arc::new(RevisionStore::new(db.clone())?);
+    let databases = crate::disk::open(&config.data_dir, config.wal_dir.as_deref())?;
+    let revision_store = Arc::new(RevisionStore::new(databases.store)?);
     revision_store.resume_compaction()?;
     revision_store.ensure_latest_index()?;
     let has_data = store::read_applied(&revision_store)?.last_applied.is_some();
@@ -831,11 +831,11 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         simple_tokens,
     );
     let syncer = if environment.threaded_wal_sync {
-        WalSyncer::spawn(&db)?
+        WalSyncer::spawn(&databases.log)?
     } else {
-        WalSyncer::inline(&db)
+        WalSyncer::inline(&databases.log)
     };
-    let mut log_store = LogStore::with_syncer(db.clone(), syncer)?;
+    let mut log_store = LogStore::with_syncer(databases.log, syncer)?;
     if config.force_new_cluster {
         crate::membership::recovery::force_standalone(
             &mut log_store,

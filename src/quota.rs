@@ -4,6 +4,9 @@
 //! `quotaApplierV3`), raising a NOSPACE alarm for this member when the quota is
 //! reached. What an active alarm refuses is the store's business (`store::alarm`).
 //!
+//! Both weigh the store's size as sampled at most 100 ms ago (`RevisionStore::recent_size`),
+//! as etcd weighs a bbolt file that grows only when its batch commits.
+//!
 //! This module owns only the decision to refuse or raise; it never refuses a write
 //! that costs nothing (deletes, compaction, revokes) and never disarms.
 
@@ -27,7 +30,7 @@ pub async fn check(node: &Node, request: &CommandRequest) -> Result<(), Status> 
     if cost == 0 {
         return Ok(());
     }
-    let size = node.store().approximate_size();
+    let size = node.store().recent_size();
     // etcd's `Available`: size + cost must stay below the quota.
     if size.saturating_add(cost) < quota {
         return Ok(());
@@ -66,7 +69,7 @@ pub async fn watch(node: std::sync::Arc<Node>) {
         if !grew || node.store().has_alarm(AlarmType::Nospace) {
             continue;
         }
-        let size = node.store().approximate_size();
+        let size = node.store().recent_size();
         if size >= quota {
             tracing::warn!(
                 quota_size_bytes = quota,

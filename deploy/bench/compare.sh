@@ -2,13 +2,16 @@
 # The side-by-side report: the same `quantykube bench` runs against a three-member
 # etcd 3.4 cluster (Debian's etcd-server) and then a three-member QuantyKube cluster,
 # on loopback, one after the other, data dirs on the same filesystem; then the peak
-# RSS of each after loading 1 000 000 keys. Writes the results as JSON under
+# RSS of each after loading 1 000 000 keys, and a sustained run of 5 000 000 puts over
+# 1 000 000 keys compacted every 10 000 revisions (throughput and p99 per 5 s window,
+# drawn as charts into docs/img/benchmarks by charts.py). Writes the results as JSON under
 # $OUT (default /var/tmp/qk-bench-results) and renders docs/benchmarks.md from them.
 #
-# Usage: deploy/bench/compare.sh            # everything (about 15 minutes)
+# Usage: deploy/bench/compare.sh            # everything (about 35 minutes)
 #        QUICK=1 deploy/bench/compare.sh    # 3-second runs and 20 000 keys: a smoke run
 #        SYSTEMS="quantykube" deploy/bench/compare.sh   # one system (keeps the other's JSON)
-#        RUNS="put-1 put-100" deploy/bench/compare.sh   # only these runs ("rss" for the 1 M keys)
+#        RUNS="put-1 put-100" deploy/bench/compare.sh   # only these runs ("rss" for the 1 M keys,
+#                                           # "sustained" for the 5 M-put run, SUSTAINED_TOTAL)
 #        TLS=1 deploy/bench/compare.sh      # client and peer mTLS on both systems, the same
 #                                           # certificates; results in $OUT (default
 #                                           # /var/tmp/qk-bench-results-tls), docs not rendered
@@ -24,7 +27,9 @@ WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-compare.XXXXXX")
 # With TLS=1, one CA and certificate for both systems (members.sh makes them once).
 TLS_DIR=$WORK/tls
 SYSTEMS=${SYSTEMS:-"etcd quantykube"}
-if [ -n "${QUICK:-}" ]; then DURATION=3s; RSS_KEYS=20000; else DURATION=${DURATION:-20s}; RSS_KEYS=1000000; fi
+if [ -n "${QUICK:-}" ]; then DURATION=3s; RSS_KEYS=20000; SUSTAINED_TOTAL=100000; SUSTAINED_KEYS=20000
+else DURATION=${DURATION:-20s}; RSS_KEYS=1000000; SUSTAINED_TOTAL=${SUSTAINED_TOTAL:-5000000}; SUSTAINED_KEYS=1000000; fi
+SUSTAINED_WINDOW=${SUSTAINED_WINDOW:-5s}
 mkdir -p "$OUT"
 pids=()
 cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
@@ -88,7 +93,8 @@ for system in $SYSTEMS; do
   common=(--duration "$DURATION" --key-size 8 --val-size 256)
   bench "$system" put-1 put "${common[@]}" --clients 1 --conns 1 --key-space-size 100000 --target-leader
   bench "$system" put-10 put "${common[@]}" --clients 10 --conns 10 --key-space-size 100000 --target-leader
-  bench "$system" put-100 put "${common[@]}" --clients 100 --conns 10 --key-space-size 100000 --target-leader
+  bench "$system" put-100 put "${common[@]}" --clients 100 --conns 10 --key-space-size 100000 --target-leader \
+    --timeline 1s
   # Keys 00000000..00000999 exist from here on: single-key reads and the 1 000-key range use them.
   bench "$system" preload put --total 1000 --clients 10 --conns 10 --key-size 8 --val-size 256 \
     --key-space-size 1000 --sequential-keys
@@ -100,6 +106,16 @@ for system in $SYSTEMS; do
     --clients 10 --conns 10 --key-size 8 --val-size 256
   bench "$system" lease-keepalive lease-keepalive --duration "$DURATION" --leases 1000 --clients 10 --conns 10
   stop_cluster
+
+  # Sustained puts on a fresh cluster, compacted as the Kubernetes API server compacts:
+  # does throughput hold as the store fills? Window by window, for the charts.
+  if wanted sustained; then
+    start_cluster "$system" "$bin"
+    bench "$system" sustained put --total "$SUSTAINED_TOTAL" --key-space-size "$SUSTAINED_KEYS" \
+      --compact-every 10000 --timeline "$SUSTAINED_WINDOW" --clients 100 --conns 10 \
+      --key-size 8 --val-size 256 --target-leader
+    stop_cluster
+  fi
 
   # Peak RSS: a fresh cluster, RSS_KEYS distinct keys written once, then the members'
   # peak resident set.
@@ -117,6 +133,13 @@ if [ -n "${TLS:-}" ]; then
   echo "TLS results in $OUT; docs/benchmarks.md left alone" >&2
   exit 0
 fi
+# The charts, drawn with matplotlib from a venv of its own (pinned in charts-requirements.txt).
+CHARTS_VENV=${QK_CHARTS_VENV:-/var/tmp/qk-charts-venv}
+if [ ! -x "$CHARTS_VENV/bin/python" ] || ! "$CHARTS_VENV/bin/python" -c 'import matplotlib' 2>/dev/null; then
+  python3 -m venv "$CHARTS_VENV"
+  "$CHARTS_VENV/bin/pip" install -q -r deploy/bench/charts-requirements.txt
+fi
+"$CHARTS_VENV/bin/python" deploy/bench/charts.py "$OUT" docs/img/benchmarks
 python3 deploy/bench/render-report.py "$OUT" <docs/benchmarks.md >docs/benchmarks.md.new
 mv docs/benchmarks.md.new docs/benchmarks.md
 echo "wrote docs/benchmarks.md (raw results in $OUT)" >&2

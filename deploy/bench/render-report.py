@@ -14,6 +14,8 @@ import subprocess
 import sys
 
 BEGIN, END = "<!-- compare.sh:begin -->", "<!-- compare.sh:end -->"
+# Where charts.py draws the charts this page embeds (relative to the repository root).
+IMAGES = os.path.join("docs", "img", "benchmarks")
 RUNS = [
     ("put-1", "put, 1 client, 1 connection"),
     ("put-10", "put, 10 clients, 10 connections"),
@@ -157,8 +159,58 @@ def render(results):
                f"{ratio(mib(q_rss), mib(e_rss), False)} |")
     out.append(f"| disk, MiB (3 members) | {num(mib(e_disk))} | {num(mib(q_disk))} | "
                f"{ratio(mib(q_disk), mib(e_disk), False)} |")
+    out.extend(sustained(results))
     out.extend(["", END])
     return "\n".join(out)
+
+
+def tenths(windows):
+    """Mean throughput of the first and of the last tenth of a run's time."""
+    if not windows:
+        return None, None
+    end = windows[-1]["end_seconds"]
+    # A run shorter than ten windows still has a first window.
+    first = [w["throughput"] for w in windows if w["end_seconds"] <= end * 0.1 + 1e-9]
+    first = first or [windows[0]["throughput"]]
+    last = [w["throughput"] for w in windows if w["end_seconds"] > end * 0.9]
+    return sum(first) / len(first), sum(last) / len(last)
+
+
+def sustained(results):
+    """The sustained run's table and the charts charts.py drew (if it did)."""
+    e, q = load(results, "etcd", "sustained"), load(results, "quantykube", "sustained")
+    if not usable(e) and not usable(q):
+        return []
+    cmd = read(results, "quantykube-sustained.cmd") or read(results, "etcd-sustained.cmd")
+    out = ["", "### Sustained puts: does the store slow as it fills?", ""]
+    if cmd:
+        out += [f"`quantykube bench {cmd} --endpoints <the three members> --output json` on a "
+                "fresh cluster. Tenths are of the run's time, from its timeline.", ""]
+    out += ["| | etcd 3.4 | QuantyKube | QuantyKube vs etcd |", "|---|---|---|---|"]
+    et, qt = tenths((e or {}).get("timeline")), tenths((q or {}).get("timeline"))
+
+    def row(label, ev, qv, higher_is_better=True, digits=1):
+        out.append(f"| {label} | {num(ev, digits)} | {num(qv, digits)} | "
+                   f"{ratio(qv, ev, higher_is_better)} |")
+
+    get = lambda r, f: f(r) if usable(r) else None  # noqa: E731
+    row("throughput, whole run, ops/s", get(e, lambda r: r["throughput"]),
+        get(q, lambda r: r["throughput"]))
+    row("throughput, first tenth, ops/s", et[0], qt[0])
+    row("throughput, last tenth, ops/s", et[1], qt[1])
+    keep = lambda t: 100.0 * t[1] / t[0] if t[0] and t[1] else None  # noqa: E731
+    out.append(f"| last tenth / first tenth, % | {num(keep(et))} | {num(keep(qt))} | |")
+    row("latency p99, whole run, ms", get(e, lambda r: r["latency_ms"]["p99"]),
+        get(q, lambda r: r["latency_ms"]["p99"]), False, 2)
+    out.append(f"| compactions | {num(get(e, lambda r: r.get('compactions')), 0)} | "
+               f"{num(get(q, lambda r: r.get('compactions')), 0)} | |")
+    out.append(f"| errors | {errors(e)} | {errors(q)} | |")
+    for image, alt in (("sustained-throughput.png", "throughput over the sustained run"),
+                       ("sustained-p99.png", "p99 latency over the sustained run"),
+                       ("put-100-latency.png", "latency distribution of put x100")):
+        if os.path.exists(os.path.join(IMAGES, image)):
+            out += ["", f"![{alt}](img/benchmarks/{image})"]
+    return out
 
 
 def main():

@@ -5,8 +5,9 @@
 //! interprets a command: the server crate's state machine does.
 //!
 //! Wiring one node (the server crate does this):
-//! 1. open the node's RocksDB with its own column families plus [`LOG_COLUMN_FAMILIES`],
-//!    and build a [`LogStore`] on it;
+//! 1. open the raft log's own RocksDB with [`open_log_database`] (moving a log an
+//!    earlier build kept in the node's database there first: [`log_db::move_log`]), and
+//!    build a [`LogStore`] on it;
 //! 2. build one [`PeerChannels`] (with the production [`TcpDialer`] or a simulated one)
 //!    and one [`ClusterGuard`] (this node's id, its cluster id and the removed ids);
 //! 3. `Raft::new(id, config, PeerNetworkFactory::new(guard.clone(), channels.clone()), log_store, sm)`
@@ -23,6 +24,7 @@ pub mod dialer;
 pub mod force;
 pub mod guard;
 pub mod join;
+pub mod log_db;
 pub mod log_store;
 pub mod log_tail;
 pub mod metrics;
@@ -47,6 +49,7 @@ pub use join::{
     fetch_cluster_members, fetch_peer_state, AwaitingBootstrap, PeerState, RemoteCluster,
     RemoteMember,
 };
+pub use log_db::open_log_database;
 pub use log_store::{LogStore, LOG_COLUMN_FAMILIES};
 pub use network::{PeerConnection, PeerNetworkFactory};
 pub use peer_server::PeerService;

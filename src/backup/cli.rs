@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use quantykube_raft::{Member, NodeId, LOG_COLUMN_FAMILIES};
+use quantykube_raft::{Member, NodeId};
 
 use super::file::{self, human_bytes, Status};
 use super::BackupError;
@@ -323,7 +323,7 @@ fn restore(request: &Restore<'_>) -> Result<(), BackupError> {
     let written = (|| {
         std::fs::create_dir_all(&staging).map_err(BackupError::file(&staging))?;
         let summary = {
-            let db = store::open_database(&staging.join("db"), LOG_COLUMN_FAMILIES)?;
+            let db = store::open_database(&crate::disk::store_path(&staging), &[])?;
             let store = RevisionStore::new(db)?;
             super::import::import(&snapshot.db, &store)?
         };

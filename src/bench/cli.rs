@@ -20,6 +20,9 @@ pub const DEFAULT_TOTAL: u64 = 10_000;
 /// `watch --put-total` default), so that the default run takes about 10 s at the
 /// default `--put-rate` of 100.
 pub const DEFAULT_WATCH_TOTAL: u64 = 1_000;
+/// The shortest `--timeline` window accepted: shorter ones would hold a handful of
+/// operations each, and a long run would need a histogram per few of them.
+const MIN_TIMELINE_INTERVAL: Duration = Duration::from_millis(10);
 /// The highest `--rate` accepted (a billion requests per second).
 const MAX_RATE: f64 = 1e9;
 
@@ -114,6 +117,12 @@ pub struct GlobalArgs {
     /// Needs --clients >= rate x latency, or requests queue (and latency shows it).
     #[arg(long, global = true, value_name = "PER_SECOND")]
     pub rate: Option<f64>,
+
+    /// Also report the run window by window (throughput, p50, p99 and errors of each
+    /// window of this length, e.g. 1s) and the whole run's latency distribution, as the
+    /// JSON fields `timeline` and `latency_distribution` (for charts of a long run).
+    #[arg(long, global = true, value_name = "DURATION")]
+    pub timeline: Option<DurationArg>,
 
     /// Report format on stdout: a text summary, or one JSON object for scripts.
     #[arg(long, global = true, value_enum, default_value_t = Output::Text)]
@@ -211,9 +220,15 @@ impl WorkloadArgs {
     }
 }
 
-/// `put` has only the global flags.
+/// `put` flags.
 #[derive(Debug, Clone, Args, Serialize)]
-pub struct PutArgs {}
+pub struct PutArgs {
+    /// Compact the store as the Kubernetes API server does, every N revisions: each
+    /// time the writes pass another N revisions, compact away all but the last N (in
+    /// the background; the puts go on meanwhile).
+    #[arg(long, value_name = "REVISIONS")]
+    pub compact_every: Option<u64>,
+}
 
 /// `range` flags.
 #[derive(Debug, Clone, Args, Serialize)]
@@ -396,6 +411,11 @@ impl BenchCli {
                 return Err("--duration must be longer than 0".into());
             }
         }
+        if g.timeline
+            .is_some_and(|interval| interval.0 < MIN_TIMELINE_INTERVAL)
+        {
+            return Err("--timeline must be at least 10ms".into());
+        }
         if let Some(rate) = g.rate {
             if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE) {
                 return Err(format!(
@@ -418,7 +438,15 @@ impl BenchCli {
             return Err("--dial-timeout and --request-timeout must be longer than 0".into());
         }
         match &self.workload {
-            WorkloadArgs::Put(_) | WorkloadArgs::TxnCas(_) => {}
+            WorkloadArgs::Put(args) => {
+                if let Some(every) = args.compact_every {
+                    positive("--compact-every", every)?;
+                    if i64::try_from(every).is_err() {
+                        return Err(format!("--compact-every must be at most {}", i64::MAX));
+                    }
+                }
+            }
+            WorkloadArgs::TxnCas(_) => {}
             WorkloadArgs::Range(args) => {
                 if args.limit < 0 {
                     return Err(format!("--limit must not be negative, got {}", args.limit));

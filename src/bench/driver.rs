@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use super::error::{BenchError, OpError};
 use super::recorder::{Recorder, Tag};
+use super::timeline::{Timeline, Window};
 
 /// How often the progress bar is redrawn.
 const PROGRESS_TICK: Duration = Duration::from_millis(100);
@@ -63,6 +64,8 @@ pub struct Plan {
     pub rate: Option<f64>,
     /// Draw a progress bar on stderr (only if stderr is a terminal).
     pub progress: bool,
+    /// Measure each window of this length apart (`--timeline`).
+    pub timeline: Option<Duration>,
 }
 
 impl Plan {
@@ -100,6 +103,8 @@ pub struct Driven<O> {
     pub fatal: Option<String>,
     /// The clients, back from their tasks, for workloads that count more in them.
     pub ops: Vec<O>,
+    /// The run window by window, if the plan asked for it.
+    pub timeline: Option<Vec<Window>>,
 }
 
 /// State the clients share.
@@ -113,6 +118,7 @@ struct Shared {
     interrupt: Interrupt,
     /// Open loop only.
     pacer: Option<Pacer>,
+    timeline: Option<Timeline>,
 }
 
 impl Shared {
@@ -221,6 +227,7 @@ pub async fn drive<O: Op>(
             rate,
             permits: Semaphore::new(0),
         }),
+        timeline: plan.timeline.map(Timeline::new).transpose()?,
     });
     if shared.pacer.is_some() {
         let shared = shared.clone();
@@ -257,6 +264,7 @@ pub async fn drive<O: Op>(
         elapsed,
         fatal: shared.fatal.get().cloned(),
         ops,
+        timeline: shared.timeline.as_ref().map(|t| t.windows(elapsed)),
     })
 }
 
@@ -267,7 +275,12 @@ async fn client<O: Op>(shared: Arc<Shared>, mut op: O, mut recorder: Recorder) -
         if open_loop {
             recorder.send_lag(begin.elapsed());
         }
-        match op.run(seq).await {
+        let outcome = op.run(seq).await;
+        if let Some(timeline) = &shared.timeline {
+            let latency = outcome.as_ref().ok().map(|_| begin.elapsed());
+            timeline.record(shared.start.elapsed(), latency);
+        }
+        match outcome {
             Ok(tag) => recorder.success(begin.elapsed(), tag),
             Err(error) => {
                 recorder.error(&error);

@@ -33,6 +33,7 @@ mod error;
 mod keys;
 mod recorder;
 mod report;
+mod timeline;
 pub mod tls;
 mod workloads;
 
@@ -141,6 +142,7 @@ async fn run(cli: BenchCli) -> Result<(Report, Option<String>), BenchError> {
         stop,
         rate: args.rate,
         progress: true,
+        timeline: args.timeline.map(|interval| interval.0),
     };
     let ctx = Context {
         conns: Connections::open(&args).await?,
@@ -152,7 +154,7 @@ async fn run(cli: BenchCli) -> Result<(Report, Option<String>), BenchError> {
     };
     let workload = cli.workload.name();
     let outcome = match &cli.workload {
-        WorkloadArgs::Put(_) => workloads::put::run(&ctx).await?,
+        WorkloadArgs::Put(a) => workloads::put::run(&ctx, a).await?,
         WorkloadArgs::Range(a) => workloads::range::run(&ctx, a).await?,
         WorkloadArgs::TxnCas(a) => workloads::txn_cas::run(&ctx, a).await?,
         WorkloadArgs::Mixed(a) => workloads::mixed::run(&ctx, a).await?,
@@ -201,6 +203,12 @@ fn build_report(
                     report::latency_text(&lag)
                 ),
             ),
+        );
+    }
+    if ctx.plan.timeline.is_some() {
+        extras.insert(
+            "latency_distribution".into(),
+            serde_json::to_value(recorder.latency_distribution()).unwrap_or(Value::Null),
         );
     }
     if let Some(leader) = ctx.conns.leader() {

@@ -151,12 +151,44 @@ impl Recorder {
         self.tagged.get(tag).map_or(0, Histogram::len)
     }
 
+    /// The latency distribution, for a chart with a logarithmic tail axis: the
+    /// percentiles 0, 10, ... 90, then 99, 99.9, ... in the style of HdrHistogram's
+    /// percentile plots, down to one operation in a million, and the maximum.
+    pub fn latency_distribution(&self) -> Vec<Percentile> {
+        if self.latency.is_empty() {
+            return Vec::new();
+        }
+        let mut percentiles: Vec<f64> = (0..10).map(|tenth| f64::from(tenth) * 10.0).collect();
+        for tail in [1.0, 0.1, 0.01, 0.001, 0.0001] {
+            for step in [5.0, 2.0, 1.0] {
+                percentiles.push(100.0 - tail * step);
+            }
+        }
+        percentiles.push(100.0);
+        percentiles.dedup();
+        percentiles
+            .into_iter()
+            .map(|percentile| Percentile {
+                percentile,
+                ms: self.latency.value_at_quantile(percentile / 100.0) as f64 / 1000.0,
+            })
+            .collect()
+    }
+
     /// Latency of the successful operations returned with `tag`.
     pub fn tagged_latency(&self, tag: &str) -> LatencySummary {
         self.tagged
             .get(tag)
             .map_or_else(LatencySummary::default, LatencySummary::of)
     }
+}
+
+/// One point of a latency distribution: `percentile` (0 to 100) of the successful
+/// operations took at most `ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Percentile {
+    pub percentile: f64,
+    pub ms: f64,
 }
 
 /// Mean, percentiles and maximum of a latency histogram, in milliseconds.

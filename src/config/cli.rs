@@ -30,6 +30,9 @@ pub(super) struct Cli {
     /// Path to the data directory [default: ${name}.quantykube]
     #[arg(long, value_name = "DIR")]
     data_dir: Option<String>,
+    /// Path to the dedicated raft log (WAL) directory [default: ${data-dir}/wal]
+    #[arg(long, value_name = "DIR")]
+    wal_dir: Option<String>,
     /// List of URLs to listen on for client gRPC and HTTP traffic (http or https) [default: http://localhost:2379]
     #[arg(long, value_name = "URLS")]
     listen_client_urls: Option<String>,
@@ -192,6 +195,7 @@ impl Cli {
         vec![
             ("name", self.name),
             ("data-dir", self.data_dir),
+            ("wal-dir", self.wal_dir),
             ("listen-client-urls", self.listen_client_urls),
             ("advertise-client-urls", self.advertise_client_urls),
             ("listen-peer-urls", self.listen_peer_urls),

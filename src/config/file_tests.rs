@@ -182,6 +182,7 @@ fn etcds_sample_file_starts_a_member_with_its_meaning() {
 const EVERY_KEY: &str = r#"
 name: m1
 data-dir: /var/lib/qk/m1
+wal-dir: /fast/qk/m1-wal
 listen-peer-urls: http://127.0.0.1:12380
 listen-client-urls: http://127.0.0.1:12379,unix:///run/qk/m1.sock
 listen-client-http-urls: http://127.0.0.1:12381
@@ -263,6 +264,7 @@ fn every_implemented_key_sets_what_its_flag_sets() {
     let (c, _) = load(EVERY_KEY);
     assert_eq!(c.name, "m1");
     assert_eq!(c.data_dir, PathBuf::from("/var/lib/qk/m1"));
+    assert_eq!(c.wal_dir, Some(PathBuf::from("/fast/qk/m1-wal")));
     assert_eq!(c.listen_peer_urls[0].as_str(), "http://127.0.0.1:12380/");
     assert_eq!(c.listen_client_urls.len(), 2);
     assert_eq!(c.listen_client_urls[1].as_str(), "unix:///run/qk/m1.sock");
@@ -567,9 +569,9 @@ fn bad_files_get_etcds_errors() {
 #[test]
 fn keys_are_implemented_warned_or_refused_as_their_flags() {
     assert_eq!(
-        file_error("wal-dir: /wal\n"),
-        "config file key wal-dir (--wal-dir) is an etcd flag that QuantyKube does not \
-         implement yet"
+        file_error("discovery-proxy: http://proxy:8080\n"),
+        "config file key discovery-proxy (--discovery-proxy) is an etcd flag that \
+         QuantyKube does not implement yet"
     );
     assert_eq!(
         file_error("pre-vote: false\n"),
@@ -578,7 +580,7 @@ fn keys_are_implemented_warned_or_refused_as_their_flags() {
     );
     // A value that would not matter passes, as for the flag.
     load(
-        "wal-dir: ''\npre-vote: true\ndiscovery-config:\n  client:\n    dial-timeout: 2000000000\n",
+        "discovery-proxy: ''\npre-vote: true\ndiscovery-config:\n  client:\n    dial-timeout: 2000000000\n",
     );
     assert_eq!(
         file_error("discovery-config:\n  client:\n    auth:\n      password: hunter2\n"),

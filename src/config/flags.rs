@@ -78,6 +78,7 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     // Implemented.
     flag("name", Text, Implemented),
     flag("data-dir", Text, Implemented),
+    flag("wal-dir", Text, Implemented),
     flag("listen-peer-urls", Text, Implemented),
     flag("listen-client-urls", Text, Implemented),
     flag("initial-advertise-peer-urls", Text, Implemented),
@@ -228,7 +229,6 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
         OBSERVE,
     ),
     // Not implemented yet: storage layout, extra listeners, bootstrap, raft options.
-    flag("wal-dir", Text, REFUSED),
     flag("enable-grpc-gateway", Bool, Implemented),
     flag("pre-vote", Bool, only("true")),
     flag("discovery", Text, REFUSED),

@@ -107,6 +107,9 @@ pub struct Config {
     pub name: String,
     /// `--data-dir`, or `${name}.quantykube` when unset or empty.
     pub data_dir: PathBuf,
+    /// `--wal-dir`: where the raft log's own database lives; `None` (unset or empty)
+    /// for `<data-dir>/wal` (src/disk.rs).
+    pub wal_dir: Option<PathBuf>,
     /// `http` URLs whose host is an IP address or `localhost` (etcd's rule for binding).
     pub listen_client_urls: Vec<Url>,
     /// `http://host:port`, spelled as etcd reports them (no trailing slash).
@@ -646,6 +649,9 @@ fn resolve(
         Some(s) if !s.value.is_empty() => PathBuf::from(&s.value),
         _ => PathBuf::from(format!("{name}{DATA_DIR_SUFFIX}")),
     };
+    let wal_dir = get("wal-dir")
+        .filter(|s| !s.value.is_empty())
+        .map(|s| PathBuf::from(&s.value));
 
     let snapshot_count = match uint_setting(get("snapshot-count"), DEFAULT_SNAPSHOT_COUNT)? {
         0 => DEFAULT_SNAPSHOT_COUNT,
@@ -747,6 +753,7 @@ fn resolve(
     Ok(Config {
         name,
         data_dir,
+        wal_dir,
         listen_client_urls,
         advertise_client_urls,
         listen_peer_urls,

@@ -147,6 +147,7 @@ fn typed_flags_parse() {
         "--watch-progress-notify-interval=1m30s",
         "--etcd-version=3.5.17",
         "--data-dir=/var/lib/qk",
+        "--wal-dir=/fast/qk-wal",
         "--initial-cluster-state=existing",
     ]);
     assert_eq!(config.heartbeat_interval, Duration::from_millis(50));
@@ -162,7 +163,11 @@ fn typed_flags_parse() {
     );
     assert_eq!(config.etcd_version, "3.5.17");
     assert_eq!(config.data_dir, PathBuf::from("/var/lib/qk"));
+    assert_eq!(config.wal_dir, Some(PathBuf::from("/fast/qk-wal")));
     assert_eq!(config.initial_cluster_state, ClusterState::Existing);
+    // Unset or empty: the log lives in <data-dir>/wal.
+    assert_eq!(run(&[]).wal_dir, None);
+    assert_eq!(run(&["--wal-dir="]).wal_dir, None);
     assert_eq!(
         run(&["--quota-backend-bytes=0"]).quota_backend_bytes,
         Some(2 << 30)
@@ -205,21 +210,22 @@ fn environment_is_used_and_the_flag_wins() {
 #[test]
 fn unimplemented_flags_are_refused_by_name() {
     assert_eq!(
-        error(&["-wal-dir=/wal"]),
-        "--wal-dir is an etcd flag that QuantyKube does not implement yet"
+        error(&["-discovery-proxy=http://proxy:8080"]),
+        "--discovery-proxy is an etcd flag that QuantyKube does not implement yet"
     );
-    let env = env_of(&[("ETCD_WAL_DIR", "/wal")]);
+    let env = env_of(&[("ETCD_DISCOVERY_PROXY", "http://proxy:8080")]);
     let err = error_with(&[], &env);
     assert!(matches!(
         err,
         ConfigError::Unimplemented {
-            flag: "wal-dir",
+            flag: "discovery-proxy",
             ..
         }
     ));
     assert_eq!(
         err.to_string(),
-        "ETCD_WAL_DIR (--wal-dir) is an etcd flag that QuantyKube does not implement yet"
+        "ETCD_DISCOVERY_PROXY (--discovery-proxy) is an etcd flag that QuantyKube does not \
+         implement yet"
     );
     assert_eq!(
         error(&["--pre-vote=false"]),

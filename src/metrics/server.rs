@@ -176,8 +176,9 @@ pub(super) async fn follow_raft(
 ) {
     let mut view = RaftView::default();
     loop {
-        let current = metrics.borrow_watched().clone();
-        view.update(id, &current);
+        // Read in place: the metrics change with every append, and a clone each time
+        // would copy the membership and replication maps on the write path's heels.
+        view.update(id, &metrics.borrow_watched());
         if metrics.changed().await.is_err() {
             return;
         }

@@ -40,6 +40,7 @@ impl RevisionStore {
             self.db
                 .compact_range_cf_opt(cf, None::<&[u8]>, None::<&[u8]>, &options);
         }
+        self.forget_size_sample();
         tracing::info!(
             size_before = before,
             size_after = self.approximate_size(),

@@ -27,6 +27,7 @@ pub mod member_records;
 mod meta;
 mod range;
 mod range_stream;
+mod size;
 mod snapshot;
 pub mod snapshot_records;
 pub mod txn;
@@ -63,8 +64,9 @@ pub(crate) const CF_LEASE: &str = "lease";
 /// Column families the revision store owns in the node's database.
 pub const STORE_COLUMN_FAMILIES: &[&str] = &[CF_KV, CF_HISTORY, CF_LATEST, CF_META, CF_LEASE];
 
-/// A node's database: one RocksDB holding the store's and the raft log's column families,
-/// so that one WAL orders them and one fsync makes both durable.
+/// The revision store's RocksDB (the raft log has one of its own: src/disk.rs).
+/// `extra_cfs` names other column families the database holds and must be opened with:
+/// those of a raft log kept here by a build before the split, about to be moved out.
 pub fn open_database(path: &std::path::Path, extra_cfs: &[&str]) -> Result<Arc<DB>, StoreError> {
     let mut opts = Options::default();
     opts.create_if_missing(true);
@@ -115,6 +117,8 @@ pub struct RevisionStore {
     defrag_lock: std::sync::Mutex<()>,
     /// Bytes compaction deleted since the last defragmentation (`defrag`).
     reclaimable_bytes: std::sync::atomic::AtomicU64,
+    /// The size the quota checks last read (`size`).
+    size_sample: size::SizeSample,
 }
 
 /// Held by a reader of the store: no snapshot install runs meanwhile.
@@ -137,6 +141,7 @@ impl RevisionStore {
             auth: auth::AuthCache::default(),
             defrag_lock: std::sync::Mutex::default(),
             reclaimable_bytes: std::sync::atomic::AtomicU64::default(),
+            size_sample: size::SizeSample::default(),
         };
         store.reload_alarms()?;
         store.reload_auth()?;
@@ -182,27 +187,6 @@ impl RevisionStore {
         let snapshot = self.db.snapshot();
         let reader = range::Reader::new(self, &snapshot)?;
         range::range(&reader, reader.revisions(), req, None)
-    }
-
-    /// The approximate on-disk size of the store, for Maintenance.Status.
-    pub fn approximate_size(&self) -> u64 {
-        STORE_COLUMN_FAMILIES
-            .iter()
-            .filter_map(|name| self.db.cf_handle(name))
-            .filter_map(|cf| {
-                self.db
-                    .property_int_value_cf(cf, "rocksdb.total-sst-files-size")
-                    .ok()
-                    .flatten()
-                    .zip(
-                        self.db
-                            .property_int_value_cf(cf, "rocksdb.size-all-mem-tables")
-                            .ok()
-                            .flatten(),
-                    )
-                    .map(|(a, b)| a + b)
-            })
-            .sum()
     }
 
     /// RocksDB's estimate of the number of live keys (the `latest` column family holds

@@ -365,6 +365,104 @@ async fn open_loop_schedules_at_the_rate_for_the_duration() {
     assert_eq!(u(&closed, "errors_total"), 0, "{closed}");
 }
 
+/// `--timeline` (every window of the run, and the latency distribution) and put's
+/// `--compact-every` (the store compacted as the API server compacts it), as the
+/// sustained run of compare.sh uses them, on either server.
+#[tokio::test]
+async fn timeline_and_compaction_follow_the_run() {
+    let cluster = Cluster::start(1).await;
+    let report = bench(
+        &cluster.endpoints(),
+        &[
+            "put",
+            "--total",
+            "3000",
+            "--clients",
+            "4",
+            "--key-space-size",
+            "50",
+            "--compact-every",
+            "500",
+            "--timeline",
+            "100ms",
+            "--output",
+            "json",
+        ],
+    )
+    .await
+    .ok_json();
+    assert_clean(&report, "put", 3000);
+    assert_eq!(report["params"]["compact_every"], 500, "{report}");
+
+    // Every operation is in one window, and the windows cover the run.
+    let windows = report["timeline"].as_array().expect("timeline").clone();
+    assert!(!windows.is_empty(), "{report}");
+    let mut previous_end = 0.0;
+    let mut counted = 0.0;
+    for window in &windows {
+        let end = f(window, "end_seconds");
+        assert!(end > previous_end, "windows in order: {report}");
+        counted += f(window, "throughput") * (end - previous_end);
+        assert!(f(window, "p50_ms") <= f(window, "p99_ms"), "{window}");
+        assert_eq!(u(window, "errors"), 0, "{window}");
+        previous_end = end;
+    }
+    assert!(
+        (counted - 3000.0).abs() < 1.0,
+        "{counted} puts in the windows: {report}"
+    );
+    assert!(
+        (previous_end - f(&report, "duration_seconds")).abs() < 0.01,
+        "the last window ends with the run: {report}"
+    );
+
+    // The distribution climbs from the fastest put to the slowest.
+    let points = report["latency_distribution"]
+        .as_array()
+        .expect("latency_distribution")
+        .clone();
+    let percentiles: Vec<f64> = points.iter().map(|p| f(p, "percentile")).collect();
+    assert_eq!(percentiles.first(), Some(&0.0), "{report}");
+    assert_eq!(percentiles.last(), Some(&100.0), "{report}");
+    assert!(percentiles.windows(2).all(|w| w[0] < w[1]), "{report}");
+    let ms: Vec<f64> = points.iter().map(|p| f(p, "ms")).collect();
+    assert!(ms.windows(2).all(|w| w[0] <= w[1]), "{report}");
+    let max = f(&report["latency_ms"], "max");
+    assert!(
+        (ms[ms.len() - 1] - max).abs() <= max * 0.01,
+        "the 100th percentile is the maximum: {report}"
+    );
+
+    // Revisions 2..=3001: the first put sets the first step (nothing is 500 revisions
+    // old yet), then a compaction each 500 revisions keeps the last 500: about five,
+    // the last near revision 2 000.
+    let compactions = u(&report, "compactions");
+    assert!((4..=6).contains(&compactions), "{report}");
+    let mut client = cluster.client(0).await;
+    let old = client
+        .get(
+            "00000000",
+            Some(etcd_client::GetOptions::new().with_revision(2)),
+        )
+        .await
+        .expect_err("revision 2 was compacted away");
+    assert!(
+        old.to_string()
+            .contains("required revision has been compacted"),
+        "{old}"
+    );
+    let recent = client
+        .get(
+            "00000000",
+            Some(etcd_client::GetOptions::new().with_revision(2_600)),
+        )
+        .await;
+    assert!(
+        recent.is_ok(),
+        "the last 500 revisions are kept: {recent:?}"
+    );
+}
+
 #[tokio::test]
 async fn target_leader_sends_every_request_to_the_leader() {
     let cluster = Cluster::start(3).await;
@@ -411,6 +509,11 @@ async fn bad_flags_and_unreachable_endpoints_exit_non_zero_with_a_message() {
         (&["put", "--duration", "soon"][..], "soon"),
         (&["watch", "--rate", "10"][..], "--put-rate"),
         (&["range", "--stream"][..], "KEY"),
+        (&["put", "--timeline", "1ms"][..], "--timeline"),
+        (&["put", "--timeline", "soon"][..], "soon"),
+        (&["put", "--compact-every", "0"][..], "--compact-every"),
+        (&["put", "--compact-every", "-5"][..], "-5"),
+        (&["range", "--compact-every", "10"][..], "--compact-every"),
     ] {
         let run = bench(&[], args).await;
         assert_eq!(run.code, 2, "bench {args:?}: {}", run.stderr);

@@ -55,4 +55,5 @@ mod snapshot_install;
 mod snapshot_save;
 mod three_node;
 mod tls;
+mod wal_dir;
 mod watch;

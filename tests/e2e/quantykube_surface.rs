@@ -71,13 +71,13 @@ async fn an_etcd_flag_not_implemented_yet_is_refused_by_name() {
     if quantykube().is_none() {
         return;
     }
-    let (code, _, stderr) = run(&["--wal-dir", "/wal"], &[]).await;
+    let (code, _, stderr) = run(&["--discovery-proxy", "http://proxy:8080"], &[]).await;
     assert_ne!(code, 0);
-    assert!(stderr.contains("--wal-dir"), "{stderr}");
+    assert!(stderr.contains("--discovery-proxy"), "{stderr}");
     assert!(stderr.contains("not implement"), "{stderr}");
-    let (code, _, stderr) = run(&[], &[("ETCD_WAL_DIR", "/wal")]).await;
+    let (code, _, stderr) = run(&[], &[("ETCD_DISCOVERY_PROXY", "http://proxy:8080")]).await;
     assert_ne!(code, 0);
-    assert!(stderr.contains("ETCD_WAL_DIR"), "{stderr}");
+    assert!(stderr.contains("ETCD_DISCOVERY_PROXY"), "{stderr}");
     // A flag that is not etcd's at all is a usage error.
     let (code, _, stderr) = run(&["--no-such-flag"], &[]).await;
     assert_ne!(code, 0);

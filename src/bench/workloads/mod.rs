@@ -41,7 +41,7 @@ pub struct WorkloadRun {
 impl WorkloadRun {
     /// The report of a driven run, without extras yet.
     pub fn from_driven<O>(driven: Driven<O>) -> (WorkloadRun, Vec<O>) {
-        let run = WorkloadRun {
+        let mut run = WorkloadRun {
             recorder: driven.recorder,
             elapsed: driven.elapsed,
             fatal: driven.fatal,
@@ -50,6 +50,12 @@ impl WorkloadRun {
             extras: Map::new(),
             notes: Vec::new(),
         };
+        if let Some(windows) = driven.timeline {
+            run.extra(
+                "timeline",
+                serde_json::to_value(windows).unwrap_or(Value::Null),
+            );
+        }
         (run, driven.ops)
     }
 

@@ -1,0 +1,100 @@
+//! Where a member keeps its data on disk: the revision store's RocksDB in
+//! `<data-dir>/db`, and the raft log's own RocksDB in `--wal-dir` (by default
+//! `<data-dir>/wal`), as etcd keeps its WAL apart from its bbolt file.
+//!
+//! This module owns opening both and the one-time move of a log that a build before
+//! the split kept in the store's database (as two column families beside the store's).
+//! It must never open one database for both again: the log's fsync would wait for user
+//! data, and a snapshot's flush would rewrite log entries.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use quantykube_raft::log_db;
+use rocksdb::DB;
+
+use crate::store::{self, StoreError};
+
+/// A member's two databases.
+pub struct Databases {
+    pub store: Arc<DB>,
+    pub log: Arc<DB>,
+}
+
+/// The revision store's database under `data_dir`.
+pub fn store_path(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.join("db")
+}
+
+/// The raft log's database: `wal_dir` when given (`--wal-dir`), else `<data-dir>/wal`.
+pub fn log_path(data_dir: &Path, wal_dir: Option<&Path>) -> std::path::PathBuf {
+    wal_dir.map_or_else(|| data_dir.join("wal"), Path::to_path_buf)
+}
+
+/// Opens the member's databases, moving a log kept in the store's database into the
+/// log's own first. The move is idempotent until its last step, which drops the old
+/// column families, so a crash at any point leaves a member that starts.
+pub fn open(data_dir: &Path, wal_dir: Option<&Path>) -> Result<Databases, StoreError> {
+    let store_path = store_path(data_dir);
+    let legacy = log_db::legacy_log_families(&store_path)?;
+    let log = log_db::open_log_database(&log_path(data_dir, wal_dir))?;
+    let mut store = store::open_database(&store_path, &legacy)?;
+    if !legacy.is_empty() {
+        let moved = log_db::move_log(&store, &log)?;
+        let only_handle = Arc::get_mut(&mut store)
+            .ok_or_else(|| StoreError::corrupt("the store's database is shared while opening"))?;
+        for name in &legacy {
+            only_handle.drop_cf(name)?;
+        }
+        tracing::info!(
+            records = moved,
+            to = %log_path(data_dir, wal_dir).display(),
+            "moved the raft log out of the store's database"
+        );
+    }
+    Ok(Databases { store, log })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quantykube_raft::LOG_COLUMN_FAMILIES;
+
+    #[test]
+    fn a_log_kept_in_the_store_database_moves_to_its_own_and_the_store_keeps_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = store::open_database(&store_path(dir.path()), LOG_COLUMN_FAMILIES).unwrap();
+            let log_cf = db.cf_handle(LOG_COLUMN_FAMILIES[0]).unwrap();
+            db.put_cf(log_cf, 1u64.to_be_bytes(), b"entry").unwrap();
+            let kv = db.cf_handle("meta").unwrap();
+            db.put_cf(kv, b"mine", b"kept").unwrap();
+        }
+        let wal = dir.path().join("elsewhere");
+        let opened = open(dir.path(), Some(&wal)).unwrap();
+        let log_cf = opened.log.cf_handle(LOG_COLUMN_FAMILIES[0]).unwrap();
+        assert_eq!(
+            opened
+                .log
+                .get_cf(log_cf, 1u64.to_be_bytes())
+                .unwrap()
+                .as_deref(),
+            Some(&b"entry"[..])
+        );
+        assert!(opened.store.cf_handle(LOG_COLUMN_FAMILIES[0]).is_none());
+        let meta = opened.store.cf_handle("meta").unwrap();
+        assert_eq!(
+            opened.store.get_cf(meta, b"mine").unwrap().as_deref(),
+            Some(&b"kept"[..])
+        );
+        drop(opened);
+        // Reopened: nothing left to move, and the log is where it went.
+        let again = open(dir.path(), Some(&wal)).unwrap();
+        let log_cf = again.log.cf_handle(LOG_COLUMN_FAMILIES[0]).unwrap();
+        assert!(again
+            .log
+            .get_cf(log_cf, 1u64.to_be_bytes())
+            .unwrap()
+            .is_some());
+    }
+}
