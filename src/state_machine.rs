@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
@@ -105,9 +106,11 @@ impl StateMachine {
         &self,
         batch: &mut ApplyBatch<'_>,
         log_id: &LogId,
-        payload: &[u8],
+        payload: &Bytes,
+        wants_reply: bool,
     ) -> Result<CommandOutcome, StoreError> {
-        match Command::decode(payload) {
+        // Decoding from `Bytes` makes keys and values slices of the entry, not copies.
+        match Command::decode(payload.clone()) {
             Ok(command) => {
                 #[cfg(feature = "planted-bugs")]
                 if crate::planted::is_planted(crate::planted::PlantedBug::DoubleApply {
@@ -120,7 +123,12 @@ impl StateMachine {
                     crate::planted::misplaced_put(self.member, &command).unwrap_or(command);
                 let result = batch.command(log_id, &command)?;
                 crate::auth::follow_applied(&self.tokens, &command, &result);
-                Ok(CommandOutcome(result.encode_to_vec().into()))
+                // Only the member that proposed the entry has a client waiting for its
+                // result; the others would encode it for nobody.
+                Ok(match wants_reply {
+                    true => CommandOutcome(result.encode_to_vec().into()),
+                    false => CommandOutcome::default(),
+                })
             }
             Err(error) => {
                 // Only our own encoder writes commands; an undecodable one changes nothing
@@ -164,7 +172,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     CommandOutcome::default()
                 }
                 EntryPayload::Normal(command) => {
-                    self.apply_normal(&mut batch, &log_id, &command.0)?
+                    self.apply_normal(&mut batch, &log_id, &command.0, responder.is_some())?
                 }
                 EntryPayload::Membership(membership) => {
                     let stored = StoredMembership::new(Some(log_id), membership.clone());

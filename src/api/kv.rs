@@ -69,14 +69,12 @@ impl KvService {
         caller: &Caller,
         request: CommandRequest,
         also: &[Action<'_>],
-        expected: impl FnOnce(Outcome) -> Option<T>,
+        expected: impl FnOnce(Outcome) -> Result<T, Outcome>,
     ) -> Result<T, Status> {
         match authorized::propose(&self.node, caller, request, also).await? {
-            Some(outcome) => {
-                let description = format!("{outcome:?}");
-                expected(outcome)
-                    .ok_or_else(|| status::internal("apply", &format!("unexpected {description}")))
-            }
+            // The other outcome is described only when it happens, not on every write.
+            Some(outcome) => expected(outcome)
+                .map_err(|other| status::internal("apply", &format!("unexpected {other:?}"))),
             None => Err(status::internal("apply", &"empty outcome")),
         }
     }
@@ -122,8 +120,8 @@ impl KvService {
         validate::delete_range(&req)?;
         let response = self
             .write(caller, CommandRequest::DeleteRange(req), &[], |o| match o {
-                Outcome::DeleteRange(r) => Some(r),
-                _ => None,
+                Outcome::DeleteRange(r) => Ok(r),
+                other => Err(other),
             })
             .await?;
         Ok(self.complete(response))
@@ -149,8 +147,8 @@ impl KvService {
             response
         } else {
             self.write(caller, CommandRequest::Txn(req), &[], |o| match o {
-                Outcome::Txn(r) => Some(r),
-                _ => None,
+                Outcome::Txn(r) => Ok(r),
+                other => Err(other),
             })
             .await?
         };
@@ -209,8 +207,8 @@ impl Kv for KvService {
                 CommandRequest::Put(req),
                 &[Action::WriteKeys(&lease_keys)],
                 |o| match o {
-                    Outcome::Put(r) => Some(r),
-                    _ => None,
+                    Outcome::Put(r) => Ok(r),
+                    other => Err(other),
                 },
             )
             .await?;
@@ -247,8 +245,8 @@ impl Kv for KvService {
                 CommandRequest::Compaction(req),
                 &[COMPACT_NEEDS],
                 |o| match o {
-                    Outcome::Compaction(r) => Some(r),
-                    _ => None,
+                    Outcome::Compaction(r) => Ok(r),
+                    other => Err(other),
                 },
             )
             .await?;

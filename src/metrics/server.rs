@@ -182,5 +182,15 @@ pub(super) async fn follow_raft(
         if metrics.changed().await.is_err() {
             return;
         }
+        // Raft sends new metrics on every append, commit and apply: several times per
+        // write batch under load. Gauges read by a scraper every few seconds need one
+        // update per interval, not one task wake-up per batch; the update after the
+        // pause reads the newest state, so nothing stays stale longer than this. A
+        // leader lost and found again within it would not be counted, but that takes
+        // an election, which takes longer.
+        tokio::time::sleep(RAFT_METRICS_COALESCING).await;
     }
 }
+
+/// How long raft's metrics changes are gathered before the gauges follow them.
+const RAFT_METRICS_COALESCING: std::time::Duration = std::time::Duration::from_millis(10);
