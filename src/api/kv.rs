@@ -69,7 +69,7 @@ impl KvService {
         caller: &Caller,
         request: CommandRequest,
         also: &[Action<'_>],
-        expected: impl FnOnce(Outcome) -> Result<T, Outcome>,
+        expected: impl FnOnce(Outcome) -> Result<T, Box<Outcome>>,
     ) -> Result<T, Status> {
         match authorized::propose(&self.node, caller, request, also).await? {
             // The other outcome is described only when it happens, not on every write.
@@ -121,7 +121,7 @@ impl KvService {
         let response = self
             .write(caller, CommandRequest::DeleteRange(req), &[], |o| match o {
                 Outcome::DeleteRange(r) => Ok(r),
-                other => Err(other),
+                other => Err(Box::new(other)),
             })
             .await?;
         Ok(self.complete(response))
@@ -148,7 +148,7 @@ impl KvService {
         } else {
             self.write(caller, CommandRequest::Txn(req), &[], |o| match o {
                 Outcome::Txn(r) => Ok(r),
-                other => Err(other),
+                other => Err(Box::new(other)),
             })
             .await?
         };
@@ -208,7 +208,7 @@ impl Kv for KvService {
                 &[Action::WriteKeys(&lease_keys)],
                 |o| match o {
                     Outcome::Put(r) => Ok(r),
-                    other => Err(other),
+                    other => Err(Box::new(other)),
                 },
             )
             .await?;
@@ -246,7 +246,7 @@ impl Kv for KvService {
                 &[COMPACT_NEEDS],
                 |o| match o {
                     Outcome::Compaction(r) => Ok(r),
-                    other => Err(other),
+                    other => Err(Box::new(other)),
                 },
             )
             .await?;
