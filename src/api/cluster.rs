@@ -138,6 +138,14 @@ impl ClusterService {
     /// handed leadership over) returns the leader to relay the request to.
     async fn on_leader(&self, relayed: bool, change: Change) -> Result<Done, Status> {
         let changes = self.node.member_changes();
+        if !self.node.is_leader() {
+            // A follower's members may lag its leader's: a learner whose addition a
+            // client was just told of may not be applied here yet, and a precheck on
+            // that view would refuse its promotion with "member not found", which
+            // etcd (relaying promotions to its leader) never does. A read-index round
+            // first makes this view no older than the request.
+            self.node.read_barrier().await?;
+        }
         changes
             .precheck(&self.node, &change)
             .map_err(status::from_membership)?;
