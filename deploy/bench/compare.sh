@@ -12,6 +12,9 @@
 #        SYSTEMS="quantykube" deploy/bench/compare.sh   # one system (keeps the other's JSON)
 #        RUNS="put-1 put-100" deploy/bench/compare.sh   # only these runs ("rss" for the 1 M keys,
 #                                           # "sustained" for the 5 M-put run, SUSTAINED_TOTAL)
+#        QK_SERVER=/path/to/older/quantykube REPORT=0 OUT=/var/tmp/before SYSTEMS=quantykube \
+#          RUNS=sustained deploy/bench/compare.sh   # another server build, today's client;
+#                                           # REPORT=0 leaves docs/benchmarks.md alone
 #        TLS=1 deploy/bench/compare.sh      # client and peer mTLS on both systems, the same
 #                                           # certificates; results in $OUT (default
 #                                           # /var/tmp/qk-bench-results-tls), docs not rendered
@@ -22,6 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ./deploy/local/install-deps.sh
 QK=${QK:-$(./deploy/bench/build-release.sh)}
+QK_SERVER=${QK_SERVER:-$QK}
 if [ -n "${TLS:-}" ]; then OUT=${OUT:-/var/tmp/qk-bench-results-tls}; else OUT=${OUT:-/var/tmp/qk-bench-results}; fi
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-compare.XXXXXX")
 # With TLS=1, one CA and certificate for both systems (members.sh makes them once).
@@ -83,7 +87,7 @@ peak_rss_kib() { # the largest VmHWM (peak resident set) of this cluster's membe
 for system in $SYSTEMS; do
   case $system in
     etcd) bin=$(command -v etcd) ;;
-    quantykube) bin=$QK ;;
+    quantykube) bin=$QK_SERVER ;;
     *) echo "unknown system $system" >&2; exit 2 ;;
   esac
   echo "== $system: $("$bin" --version | sed -n 1p)" >&2
@@ -128,6 +132,10 @@ for system in $SYSTEMS; do
   stop_cluster
 done
 
+if [ "${REPORT:-1}" = 0 ]; then
+  echo "results in $OUT; docs/benchmarks.md left alone (REPORT=0)" >&2
+  exit 0
+fi
 if [ -n "${TLS:-}" ]; then
   # docs/benchmarks.md's tables are the plaintext runs; TLS results must not replace them.
   echo "TLS results in $OUT; docs/benchmarks.md left alone" >&2
