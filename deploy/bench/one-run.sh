@@ -10,6 +10,7 @@
 #        PERF=1 COST_MODEL=1 deploy/bench/one-run.sh   # + CPU per put per stage (cost-model.py)
 #        TOTAL=400000 deploy/bench/one-run.sh          # load that many distinct keys instead
 #        SERVER=$(command -v etcd) deploy/bench/one-run.sh   # the same against etcd
+#        CLIENTS=1 CONNS=1 deploy/bench/one-run.sh    # put x1 (default 100 clients, 10 conns)
 #        TLS=1 deploy/bench/one-run.sh                # client and peer mTLS (members.sh)
 #        AUTH=1 deploy/bench/one-run.sh               # auth on; the load runs as a non-root
 #                                                     # user holding readwrite on every key
@@ -50,7 +51,7 @@ if [ -n "${AUTH:-}" ]; then
 fi
 
 # shellcheck disable=SC2206 # BENCHFLAGS is a list of flags
-common=(--key-size 8 --val-size 256 --clients 100 --conns 10 --endpoints "$ENDPOINTS" "${BENCH_TLS[@]}" "${AUTH_FLAGS[@]}" --output json ${BENCHFLAGS:-})
+common=(--key-size 8 --val-size 256 --clients "${CLIENTS:-100}" --conns "${CONNS:-10}" --endpoints "$ENDPOINTS" "${BENCH_TLS[@]}" "${AUTH_FLAGS[@]}" --output json ${BENCHFLAGS:-})
 case $WORKLOAD in
   put)
     if [ -n "${TOTAL:-}" ]; then amount=(--total "$TOTAL" --sequential-keys --key-space-size "$TOTAL")
