@@ -17,12 +17,12 @@ use rocksdb::{IteratorMode, Options, WriteBatch, WriteOptions, DB};
 use crate::log_store::LOG_COLUMN_FAMILIES;
 
 /// The log holds at most `--snapshot-count` entries (10 000 by default) plus the 5 000
-/// kept for lagging followers: a few MiB. A memtable several times that size is flushed
-/// every few seconds under load, and a flush drops what a purge's range deletion
-/// covers, so little of the log reaches a table file. It costs memory, though: at 64
-/// MiB a member's peak RSS after loading 1 000 000 keys was 177 MiB against 110 MiB
-/// before the log had a database of its own (docs/benchmarks.md, issue 20).
-const LOG_WRITE_BUFFER_BYTES: usize = 16 << 20;
+/// kept for lagging followers: a few MiB. One memtable holds many times that, so a
+/// flush, which drops what a purge's range deletion covers, writes little of the log to
+/// a table file. A 16 MiB memtable gave the same throughput and the same peak RSS at
+/// 1 000 000 keys (docs/benchmarks.md, issue 20): the memory the log's own database
+/// added is not its memtable.
+const LOG_WRITE_BUFFER_BYTES: usize = 64 << 20;
 
 /// How many bytes of entries one write of the move carries.
 const MOVE_BATCH_BYTES: usize = 4 << 20;
