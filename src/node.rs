@@ -635,6 +635,10 @@ where
         .auto_compaction
         .map(|policy| tokio::spawn(crate::compactor::run(node.clone(), policy)));
     let quota_watch = tokio::spawn(crate::quota::watch(node.clone()));
+    let physical_compaction = tokio::spawn(store::run_physical_compaction(
+        node.store().clone(),
+        node.offload(),
+    ));
     let corruption_check = tokio::spawn(crate::corruption::run_periodic(
         node.clone(),
         config.corrupt_check_time,
@@ -724,6 +728,7 @@ where
         compactor.abort();
     }
     quota_watch.abort();
+    physical_compaction.abort();
     corruption_check.abort();
     if let Some((recorder, checker)) = compaction_hash_check {
         recorder.abort();
@@ -767,7 +772,6 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
     std::fs::create_dir_all(&config.data_dir)?;
     let databases = crate::disk::open(&config.data_dir, config.wal_dir.as_deref())?;
     let revision_store = Arc::new(RevisionStore::new(databases.store)?);
-    revision_store.resume_compaction()?;
     revision_store.ensure_latest_index()?;
     let has_data = store::read_applied(&revision_store)?.last_applied.is_some();
     // With --discovery-srv, a member with no data takes its initial cluster from DNS.

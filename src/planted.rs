@@ -3,9 +3,10 @@
 //!
 //! Compiled only with the `planted-bugs` feature, which only the simulation crate
 //! enables. Every switch is off until a test turns it on; the server consults this
-//! module at exactly nine places (read index, write acknowledgement, apply twice, a
+//! module at exactly ten places (read index, write acknowledgement, apply twice, a
 //! Put misplaced at apply, a watch's catch-up, the lessor's timers, a member's removal,
-//! the snapshot export's `key` bucket, the apply-time auth revision check), each behind
+//! the snapshot export's `key` bucket, the apply-time auth revision check, the physical
+//! compaction's end), each behind
 //! the same feature. It must never be enabled in a build that serves users.
 
 use std::sync::Mutex;
@@ -40,6 +41,11 @@ pub enum PlantedBug {
     /// needs a member that lags the revocation by the moment a request arrives, which
     /// the simulation's seeds rarely give.)
     StaleAuthRevision,
+    /// The background physical compaction deletes up to the store's current revision
+    /// instead of the compacted one: versions that reads above the compacted revision
+    /// still reach go (as when a worker that runs behind the apply path mistakes how far
+    /// the compaction asked it to go).
+    CompactionOvershoots,
 }
 
 static PLANTED: Mutex<Vec<PlantedBug>> = Mutex::new(Vec::new());

@@ -75,6 +75,7 @@ fn every_planted_bug_is_caught_within_a_bounded_number_of_seeds() {
         (PlantedBug::SnapshotSkipsVersion, any, snapshot),
         (PlantedBug::MemberMisplacesPuts { member: n2 }, any, hashkv),
         (PlantedBug::StaleAuthRevision, with_auth, auth),
+        (PlantedBug::CompactionOvershoots, any, anything),
     ] {
         match first_catching_seed(bug, shows, by) {
             Some((seed, summary)) => eprintln!("{bug:?}: caught by seed {seed}: {summary}"),

@@ -238,7 +238,7 @@ impl Kv for KvService {
     ) -> Result<Response<CompactionResponse>, Status> {
         let caller = Caller::of(&request);
         let req = request.into_inner();
-        let physical = req.physical;
+        let physical = req.physical.then_some(req.revision);
         let response = self
             .write(
                 &caller,
@@ -250,10 +250,12 @@ impl Kv for KvService {
                 },
             )
             .await?;
-        // Compaction runs as the entry is applied; once this member has applied what
-        // the leader committed, it is physically done here too.
-        if physical {
+        // Once this member has applied what the leader committed, it has scheduled the
+        // compaction; its worker deletes in the background (as etcd's), and `physical`
+        // waits for it here, as etcd waits on the member it asked.
+        if let Some(revision) = physical {
             self.node.read_barrier().await?;
+            self.node.store().wait_physically_compacted(revision).await;
         }
         Ok(Response::new(self.complete(response)))
     }

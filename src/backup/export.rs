@@ -70,11 +70,15 @@ impl<'a> EtcdBuckets<'a> {
         )];
         let compacted = export.compacted_revision();
         if compacted > 0 {
-            // The view reads as compacted there whatever physical compaction has done.
-            meta.push((
-                schema::FINISHED_COMPACT.to_vec(),
-                schema::compact_revision_value(compacted),
-            ));
+            // As etcd's own file: the compaction decided, and how far it was carried out
+            // (a restore finishes it). The view reads as compacted there either way.
+            let finished = export.physically_compacted();
+            if finished > 0 {
+                meta.push((
+                    schema::FINISHED_COMPACT.to_vec(),
+                    schema::compact_revision_value(finished),
+                ));
+            }
             meta.push((
                 schema::SCHEDULED_COMPACT.to_vec(),
                 schema::compact_revision_value(compacted),

@@ -1,19 +1,30 @@
 //! Physical compaction: deleting the versions and history that a compaction made
-//! unreachable.
+//! unreachable, in the background, a step at a time.
 //!
 //! Logical compaction (refusing reads below the compacted revision) happens when the
-//! Compact command is applied; this module then removes, for every key changed since
-//! the last compaction, each version older than the one live at the compacted
-//! revision (and that one too when it is a deletion), together with its `history`
-//! entry. The history thus keeps one entry per stored version, in revision order:
-//! etcd's `key` bucket, which a snapshot export walks. One exception: the compacted
-//! revision's own events stay even when their version goes (a deletion), so that a
-//! watch may start there, as in etcd; the next compaction removes them. It is
-//! idempotent and resumable: a batch deletes versions with their history entries, and
-//! the progress marker moves last. It must never delete anything a read at or above
-//! the compacted revision can see.
+//! Compact command is applied; the apply path then only wakes this module's worker
+//! ([`run`]), as etcd schedules its compaction, so no write waits for the deletions.
+//! A pass removes, for every key changed since the last physical compaction, each
+//! version older than the one live at the compacted revision (and that one too when it
+//! is a deletion), together with its `history` entry. The history thus keeps one entry
+//! per stored version, in revision order: etcd's `key` bucket, which a snapshot export
+//! walks. One exception: the compacted revision's own events stay even when their
+//! version goes (a deletion), so that a watch may start there, as in etcd; the next
+//! compaction removes them.
+//!
+//! A pass works in steps of [`KEYS_PER_STEP`] keys with a pause between them (etcd's
+//! 1 000 keys and 10 ms), each step under the store's read gate so that no snapshot
+//! install runs meanwhile; a pass that sees an install happen gives up and the next
+//! starts from the installed store's own progress. It is idempotent and resumable: a
+//! step deletes versions with their history entries, and the progress marker moves
+//! last, so a crash only repeats work. It must never delete anything a read at or above
+//! the compacted revision can see, and reads above it never depend on its progress
+//! (`HashKV` included: see `hash.rs`).
 
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 use rocksdb::{ReadOptions, WriteBatch};
 
@@ -22,41 +33,162 @@ use super::encoding::{
     StoredVersion,
 };
 use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV};
+use crate::offload::Offload;
 
-/// Keys handled per write batch, to bound memory on a long history.
-const KEYS_PER_BATCH: usize = 4096;
+/// Keys a step handles: etcd's compaction batch.
+const KEYS_PER_STEP: usize = 1000;
 
-pub fn compact_physically(store: &RevisionStore, to: i64) -> Result<(), StoreError> {
-    let from = meta::read_physically_compacted(store)?;
-    if to <= from {
-        return Ok(());
+/// The pause between two steps, in which writes and reads have the store to themselves
+/// (etcd 3.4's 10 ms).
+const PAUSE_BETWEEN_STEPS: Duration = Duration::from_millis(10);
+
+/// How long the worker waits before trying again after a step failed.
+const RETRY_AFTER_ERROR: Duration = Duration::from_secs(1);
+
+/// One physical compaction, from where the last one ended to the compacted revision.
+pub struct CompactionPass {
+    from: i64,
+    to: i64,
+    /// The history key the next step starts at.
+    next: Vec<u8>,
+    /// The store's install count when the pass started.
+    installs: u64,
+}
+
+impl RevisionStore {
+    /// The pass that brings physical compaction up to the compacted revision, or `None`
+    /// when it is there already.
+    pub fn compaction_pass(&self) -> Result<Option<CompactionPass>, StoreError> {
+        let installs = self.installs.load(Ordering::Acquire);
+        let from = meta::read_physically_compacted(self)?;
+        #[allow(unused_mut)]
+        let mut to = self.compacted_revision()?;
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::is_planted(crate::planted::PlantedBug::CompactionOvershoots) {
+            to = self.current_revision()?;
+        }
+        Ok((to > from).then(|| CompactionPass {
+            from,
+            to,
+            next: history_key(from + 1, 0).to_vec(),
+            installs,
+        }))
     }
-    let history = store.cf(CF_HISTORY)?;
-    let mut opts = ReadOptions::default();
-    opts.set_iterate_upper_bound(history_key(to + 1, 0).to_vec());
-    let mut it = store.db.raw_iterator_cf_opt(history, opts);
-    it.seek(history_key(from + 1, 0));
-    let mut keys = BTreeSet::new();
-    while it.valid() {
-        if let Some(raw) = it.value() {
+
+    /// Runs passes until physical compaction has caught up, here and now (a member
+    /// restoring a backup, and tests).
+    pub fn finish_compaction(&self) -> Result<(), StoreError> {
+        while let Some(mut pass) = self.compaction_pass()? {
+            while !pass.step(self)? {}
+        }
+        Ok(())
+    }
+
+    /// Wakes the worker: a compaction was applied, or an install replaced the store.
+    pub(super) fn schedule_compaction(&self) {
+        self.compaction_wake.notify_one();
+    }
+
+    /// How far physical compaction has gone.
+    pub fn physically_compacted(&self) -> i64 {
+        *self.physically_compacted.borrow()
+    }
+
+    /// Waits until physical compaction has reached `revision` (etcd's `physical`
+    /// Compact, which returns once the deletions are done on the member it asked).
+    pub async fn wait_physically_compacted(&self, revision: i64) {
+        let mut done = self.physically_compacted.subscribe();
+        // The sender lives as long as the store, which the caller holds.
+        let _ = done.wait_for(|reached| *reached >= revision).await;
+    }
+}
+
+impl CompactionPass {
+    /// Deletes what the next [`KEYS_PER_STEP`] keys changed in the pass's range no
+    /// longer need, and answers whether the pass is over: done (the progress marker
+    /// moved to its end), or given up because a snapshot install replaced the store.
+    pub fn step(&mut self, store: &RevisionStore) -> Result<bool, StoreError> {
+        if store.installs.load(Ordering::Acquire) != self.installs {
+            return Ok(true);
+        }
+        let history = store.cf(CF_HISTORY)?;
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_upper_bound(history_key(self.to + 1, 0).to_vec());
+        let mut it = store.db.raw_iterator_cf_opt(history, opts);
+        it.seek(&self.next);
+        let mut keys = BTreeSet::new();
+        while keys.len() < KEYS_PER_STEP {
+            let Some(raw) = it.value() else { break };
             keys.insert(HistoryEntry::decode(raw)?.key);
+            it.next();
         }
-        if keys.len() >= KEYS_PER_BATCH {
-            drop_old_versions(store, &std::mem::take(&mut keys), to)?;
+        it.status()?;
+        let rest = it.key().map(<[u8]>::to_vec);
+        drop(it);
+        drop_old_versions(store, &keys, self.to)?;
+        match rest {
+            Some(next) => {
+                self.next = next;
+                Ok(false)
+            }
+            None => {
+                let mut batch = WriteBatch::default();
+                if self.from > 0 {
+                    drop_orphan_events(store, &mut batch, self.from)?;
+                }
+                meta::stage_physically_compacted(store, &mut batch, self.to)?;
+                store.db.write(batch)?;
+                store.physically_compacted.send_replace(self.to);
+                tracing::debug!(from = self.from, to = self.to, "physical compaction done");
+                Ok(true)
+            }
         }
-        it.next();
     }
-    it.status()?;
-    drop_old_versions(store, &keys, to)?;
+}
 
-    let mut batch = WriteBatch::default();
-    if from > 0 {
-        drop_orphan_events(store, &mut batch, from)?;
+/// The worker: runs physical compaction whenever the store is behind, for as long as
+/// the member runs.
+pub async fn run(store: Arc<RevisionStore>, offload: Offload) {
+    loop {
+        match catch_up(&store, offload).await {
+            Ok(()) => store.compaction_wake.notified().await,
+            Err(error) => {
+                tracing::warn!(%error, "physical compaction failed; trying again");
+                tokio::time::sleep(RETRY_AFTER_ERROR).await;
+            }
+        }
     }
-    meta::stage_physically_compacted(store, &mut batch, to)?;
-    store.db.write(batch)?;
-    tracing::debug!(from, to, "physical compaction done");
-    Ok(())
+}
+
+/// Why the worker could not finish a pass.
+#[derive(Debug, thiserror::Error)]
+enum WorkerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Offload(#[from] crate::offload::OffloadError),
+}
+
+async fn catch_up(store: &Arc<RevisionStore>, offload: Offload) -> Result<(), WorkerError> {
+    loop {
+        let gate = store.readable().await;
+        let owned = store.clone();
+        let Some(mut pass) = offload.run(move || owned.compaction_pass()).await?? else {
+            return Ok(());
+        };
+        drop(gate);
+        loop {
+            let gate = store.readable().await;
+            let owned = store.clone();
+            let (finished, returned) = offload.run(move || (pass.step(&owned), pass)).await?;
+            drop(gate);
+            pass = returned;
+            if finished? {
+                break;
+            }
+            tokio::time::sleep(PAUSE_BETWEEN_STEPS).await;
+        }
+    }
 }
 
 fn drop_old_versions(
@@ -146,15 +278,4 @@ fn drop_orphan_events(
     }
     it.status()?;
     Ok(())
-}
-
-impl RevisionStore {
-    /// Finishes a physical compaction that a crash interrupted.
-    pub fn resume_compaction(&self) -> Result<(), StoreError> {
-        let compacted = self.compacted_revision()?;
-        if compacted > meta::read_physically_compacted(self)? {
-            compact_physically(self, compacted)?;
-        }
-        Ok(())
-    }
 }

@@ -37,6 +37,7 @@ pub struct Export<'a> {
     store: &'a RevisionStore,
     snapshot: Snapshot<'a>,
     revisions: Revisions,
+    physically_compacted: i64,
     applied_index: u64,
     membership: StoredMembership,
 }
@@ -52,9 +53,11 @@ impl RevisionStore {
     fn export_of<'s>(&'s self, snapshot: Snapshot<'s>) -> Result<Export<'s>, StoreError> {
         let revisions = meta::read_revisions(self, Some(&snapshot))?;
         let applied = meta::read_applied_at(self, &snapshot)?;
+        let physically_compacted = meta::read_physically_compacted_at(self, &snapshot)?;
         Ok(Export {
             store: self,
             revisions,
+            physically_compacted,
             applied_index: applied.last_applied.map_or(0, |id| id.index),
             membership: applied.membership,
             snapshot,
@@ -71,6 +74,12 @@ impl<'a> Export<'a> {
     /// The revision of the last compaction, or -1.
     pub fn compacted_revision(&self) -> i64 {
         self.revisions.compacted
+    }
+
+    /// How far physical compaction had gone: below the compacted revision while the
+    /// worker was behind, and then the view still holds versions it would delete.
+    pub fn physically_compacted(&self) -> i64 {
+        self.physically_compacted
     }
 
     /// The index of the last raft log entry the view reflects (0 if none).

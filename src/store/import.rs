@@ -136,8 +136,8 @@ impl Import<'_> {
     }
 
     /// Ends the import. `compacted` is the compaction the source had decided (-1 for
-    /// none), `finished` how far it had carried it out; the rest is done when the
-    /// member starts (`resume_compaction`). The current revision is the last version's,
+    /// none), `finished` how far it had carried it out; the rest is done by the
+    /// member's compaction worker once it starts (`compaction.rs`). The current revision is the last version's,
     /// or the compacted revision if that is higher (as etcd restores it).
     pub fn finish(mut self, compacted: i64, finished: i64) -> Result<ImportSummary, StoreError> {
         let store = self.store;

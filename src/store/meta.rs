@@ -166,8 +166,6 @@ pub fn stage_membership(
 
 const PHYSICALLY_COMPACTED: &[u8] = b"physically_compacted_revision";
 
-/// How far compaction has actually deleted old versions; trails the compacted revision
-/// only while a compaction runs or was cut short by a crash.
 pub fn read_latest_index_built(store: &RevisionStore) -> Result<bool, StoreError> {
     Ok(get(store, None, LATEST_INDEX_BUILT)?.is_some())
 }
@@ -180,8 +178,17 @@ pub fn stage_latest_index_built(
     Ok(())
 }
 
+/// How far compaction has actually deleted old versions; trails the compacted revision
+/// while the worker runs behind it, or after a crash until it resumes.
 pub fn read_physically_compacted(store: &RevisionStore) -> Result<i64, StoreError> {
     get_i64(store, None, PHYSICALLY_COMPACTED, 0)
+}
+
+pub fn read_physically_compacted_at(
+    store: &RevisionStore,
+    snapshot: &Snapshot<'_>,
+) -> Result<i64, StoreError> {
+    get_i64(store, Some(snapshot), PHYSICALLY_COMPACTED, 0)
 }
 
 pub fn stage_physically_compacted(

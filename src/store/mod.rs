@@ -35,6 +35,7 @@ mod write;
 
 pub use alarm::{alarm_name, alarm_text, quota_cost};
 pub use auth::AuthRecords;
+pub use compaction::{run as run_physical_compaction, CompactionPass};
 pub use hash::KvHash;
 
 use std::sync::Arc;
@@ -119,6 +120,12 @@ pub struct RevisionStore {
     reclaimable_bytes: std::sync::atomic::AtomicU64,
     /// The size the quota checks last read (`size`).
     size_sample: size::SizeSample,
+    /// Wakes the physical compaction worker (`compaction`).
+    compaction_wake: tokio::sync::Notify,
+    /// How far physical compaction has gone, for those who wait on it (`compaction`).
+    physically_compacted: tokio::sync::watch::Sender<i64>,
+    /// Snapshot installs so far: a compaction pass that started before one gives up.
+    installs: std::sync::atomic::AtomicU64,
 }
 
 /// Held by a reader of the store: no snapshot install runs meanwhile.
@@ -142,7 +149,13 @@ impl RevisionStore {
             defrag_lock: std::sync::Mutex::default(),
             reclaimable_bytes: std::sync::atomic::AtomicU64::default(),
             size_sample: size::SizeSample::default(),
+            compaction_wake: tokio::sync::Notify::new(),
+            physically_compacted: tokio::sync::watch::Sender::new(0),
+            installs: std::sync::atomic::AtomicU64::default(),
         };
+        store
+            .physically_compacted
+            .send_replace(meta::read_physically_compacted(&store)?);
         store.reload_alarms()?;
         store.reload_auth()?;
         Ok(store)
@@ -208,5 +221,7 @@ impl RevisionStore {
 mod alarm_tests;
 #[cfg(test)]
 mod auth_tests;
+#[cfg(test)]
+mod compaction_tests;
 #[cfg(test)]
 mod tests;

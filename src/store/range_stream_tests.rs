@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use super::super::compaction::compact_physically;
 use super::super::tests::{b, Harness};
 use super::*;
 use crate::proto::command::command::Request as C;
@@ -267,7 +266,7 @@ fn writes_and_compactions_after_the_first_chunk_are_not_seen() {
         revision: 150,
         physical: true,
     }));
-    compact_physically(&h.store, 150).unwrap();
+    h.store.finish_compaction().unwrap();
     h.store.db().compact_range_cf(
         h.store.cf(crate::store::CF_KV).unwrap(),
         None::<&[u8]>,

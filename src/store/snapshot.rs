@@ -178,6 +178,9 @@ impl RevisionStore {
     pub fn install_snapshot(&self, path: &Path) -> Result<SnapshotMeta, StoreError> {
         let mut input = BufReader::new(File::open(path)?);
         let meta = read_header(&mut input)?;
+        // A compaction pass under way was for the store about to go.
+        self.installs
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut forget = WriteBatch::default();
         meta::stage_forget_applied(self, &mut forget)?;
         self.db.write(forget)?;
@@ -212,6 +215,9 @@ impl RevisionStore {
         self.ensure_latest_index()?;
         self.reload_alarms()?;
         self.reload_auth()?;
+        self.physically_compacted
+            .send_replace(meta::read_physically_compacted(self)?);
+        self.schedule_compaction();
         // The store jumped: whoever follows the feed reads on from history.
         let current = self.current_revision()?;
         self.feed.publish(super::Changes {

@@ -25,8 +25,8 @@ use super::meta::{self, Revisions};
 use super::range::{self, Overlay, Reader};
 use super::txn::{self, Path};
 use super::{
-    alarm, compaction, member_records, snapshot_records, RevisionStore, StoreError, CF_HISTORY,
-    CF_KV, CF_LATEST,
+    alarm, member_records, snapshot_records, RevisionStore, StoreError, CF_HISTORY, CF_KV,
+    CF_LATEST,
 };
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_error::Kind;
@@ -385,7 +385,7 @@ impl<'s> ApplyBatch<'s> {
         }
         let staged_before = self.staged.batch.len();
         let store = self.store;
-        let mut compact_to = None;
+        let mut compacted = false;
         let reader = Reader::live(store, self.written);
         let mut txn = WriteTxn::new(store, reader, &mut self.staged);
         // Authorised against an auth store that has changed since: the proposer must
@@ -420,7 +420,7 @@ impl<'s> ApplyBatch<'s> {
                 }
                 Some(CommandRequest::Txn(t)) => txn.txn(t).map(CommandResultKind::Txn),
                 Some(CommandRequest::Compaction(c)) => txn.compact(c).map(|response| {
-                    compact_to = Some(c.revision);
+                    compacted = true;
                     CommandResultKind::Compaction(response)
                 }),
                 Some(CommandRequest::LeaseGrant(grant)) => {
@@ -528,10 +528,10 @@ impl<'s> ApplyBatch<'s> {
             self.flush()?;
             store.reload_auth()?;
         }
-        if let Some(revision) = compact_to {
-            // Physical compaction reads and deletes what the store holds: write first.
+        if compacted {
+            // The worker reads the compacted revision from the store: write it first.
             self.flush()?;
-            compaction::compact_physically(store, revision)?;
+            store.schedule_compaction();
         }
         Ok(outcome)
     }
