@@ -66,7 +66,8 @@ pub enum Fault {
     CrashLeaderMidWrite,
     /// Restart the member at once: in-memory state lost, no outage.
     Restart(Role),
-    /// Crash a majority (2 of 3, 3 of 5), the leader among them: no quorum until they
+    /// Crash the fewest members that take the quorum away (2 of 3, 3 of 5, 1 of a
+    /// cluster shrunk to 2), the leader among them: no quorum until they
     /// restart at the end of the episode.
     CrashMajority,
     /// Every message to or from the member takes `latency`: a slow machine.
@@ -508,8 +509,9 @@ impl<'c> Injector<'c> {
     /// Injects one fault now (a mid-write crash first waits for a write).
     pub fn inject(&mut self, sim: &mut turmoil::Sim<'_>, fault: &Fault) -> Result<(), SimError> {
         match self.inject_one(sim, fault) {
-            // Membership changes may have left a single member: nothing to aim at.
-            Err(SimError::Invalid(why)) if why == NO_FOLLOWER => {
+            // Membership changes may have left a single member, or every member may
+            // be down (a one-member cluster's crash): nothing to aim at.
+            Err(SimError::Invalid(why)) if why == NO_FOLLOWER || why == ALL_DOWN => {
                 self.injected -= 1;
                 self.note(sim, format!("skip {fault}: {why}"));
                 Ok(())
@@ -590,9 +592,13 @@ impl<'c> Injector<'c> {
                     .filter(|n| *n != leader)
                     .collect();
                 self.rng.shuffle(&mut others);
-                let majority = cluster.names().len() / 2 + 1;
+                // The fewest crashes that leave no quorum: 2 of 3, 3 of 5, and 1 of a
+                // cluster that membership changes shrank to 2 (crashing both would
+                // leave nothing running for the faults that follow).
+                let members = cluster.names().len();
+                let quorum = members / 2 + 1;
                 let mut victims = vec![leader];
-                victims.extend(others.into_iter().take(majority.saturating_sub(1)));
+                victims.extend(others.into_iter().take(members - quorum));
                 for victim in &victims {
                     cluster.crash(sim, victim)?;
                     self.down.insert(victim.clone());
@@ -647,7 +653,7 @@ impl<'c> Injector<'c> {
                 self.rng
                     .pick(&running)
                     .cloned()
-                    .ok_or_else(|| SimError::Invalid("every member is down".into()))
+                    .ok_or_else(|| SimError::Invalid(ALL_DOWN.into()))
             }
         }
     }
@@ -678,6 +684,9 @@ impl<'c> Injector<'c> {
 
 /// Why a fault aimed at a follower found none (a cluster shrunk to one member).
 const NO_FOLLOWER: &str = "no running follower";
+
+/// Why a fault aimed at any member found none running.
+const ALL_DOWN: &str = "every member is down";
 
 #[cfg(test)]
 mod tests {
