@@ -170,13 +170,9 @@ enum WorkerError {
 }
 
 async fn catch_up(store: &Arc<RevisionStore>, offload: Offload) -> Result<(), WorkerError> {
-    loop {
-        let gate = store.readable().await;
-        let owned = store.clone();
-        let Some(mut pass) = offload.run(move || owned.compaction_pass()).await?? else {
-            return Ok(());
-        };
-        drop(gate);
+    // Two meta reads, no gate: a pass reads the install count first, so one that an
+    // install overtakes gives up at its first step.
+    while let Some(mut pass) = store.compaction_pass()? {
         loop {
             let gate = store.readable().await;
             let owned = store.clone();
@@ -189,6 +185,7 @@ async fn catch_up(store: &Arc<RevisionStore>, offload: Offload) -> Result<(), Wo
             tokio::time::sleep(PAUSE_BETWEEN_STEPS).await;
         }
     }
+    Ok(())
 }
 
 fn drop_old_versions(

@@ -10,6 +10,9 @@ use crate::proto::mvccpb::KeyValue;
 
 const KEYS: usize = 2500;
 
+/// Keys 0..1 249 were rewritten by then, the others not yet.
+const COMPACTED: i64 = 1 + KEYS as i64 + 1250;
+
 /// `KEYS` keys written three times over (revisions 2 to 7 501), compacted in the middle
 /// of the second round but not yet carried out: a pass of several steps.
 fn three_rounds_compacted_at(compacted: i64) -> Harness {
@@ -24,6 +27,14 @@ fn three_rounds_compacted_at(compacted: i64) -> Harness {
         physical: false,
     }));
     h
+}
+
+/// [`three_rounds_compacted_at`] `COMPACTED`, with the first step of its pass done.
+fn one_step_into_a_pass() -> (Harness, CompactionPass) {
+    let h = three_rounds_compacted_at(COMPACTED);
+    let mut pass = h.store.compaction_pass().unwrap().unwrap();
+    assert!(!pass.step(&h.store).unwrap());
+    (h, pass)
 }
 
 /// Every key at each of `revisions`, and HashKV at each (above the compacted revision:
@@ -58,11 +69,9 @@ fn stored_versions(store: &RevisionStore) -> usize {
 
 #[test]
 fn reads_above_the_compacted_revision_are_the_same_at_every_step_of_a_pass() {
-    // Keys 0..1 249 were rewritten by then, the others not yet.
-    let compacted = 1 + KEYS as i64 + 1250;
-    let mut h = three_rounds_compacted_at(compacted);
+    let mut h = three_rounds_compacted_at(COMPACTED);
     let last = h.store.current_revision().unwrap();
-    let revisions = [compacted + 1, compacted + 2000, last];
+    let revisions = [COMPACTED + 1, COMPACTED + 2000, last];
     let before = what_reads_see(&h, &revisions);
     assert_eq!(h.store.physically_compacted(), 0);
 
@@ -81,9 +90,9 @@ fn reads_above_the_compacted_revision_are_the_same_at_every_step_of_a_pass() {
     }
     assert!(steps >= 3, "{steps} steps");
     assert!(what_reads_see(&h, &revisions) == before);
-    assert_eq!(h.store.physically_compacted(), compacted);
+    assert_eq!(h.store.physically_compacted(), COMPACTED);
     assert!(h.store.compaction_pass().unwrap().is_none());
-    // Kept: the version live at the compacted revision and every later one (two of
+    // Kept: the version live at the COMPACTED revision and every later one (two of
     // the keys rewritten by then, three of the others), and the writes in between.
     assert_eq!(
         stored_versions(&h.store),
@@ -94,40 +103,34 @@ fn reads_above_the_compacted_revision_are_the_same_at_every_step_of_a_pass() {
 
 #[test]
 fn a_snapshot_file_taken_during_a_pass_is_finished_by_the_member_it_restores() {
-    let compacted = 1 + KEYS as i64 + 1250;
-    let h = three_rounds_compacted_at(compacted);
-    let mut pass = h.store.compaction_pass().unwrap().unwrap();
-    assert!(!pass.step(&h.store).unwrap());
+    let (h, _pass) = one_step_into_a_pass();
 
     // The export says the compaction was decided but not carried out.
     let export = h.store.export(&no_install(&h.store)).unwrap();
-    assert_eq!(export.compacted_revision(), compacted);
+    assert_eq!(export.compacted_revision(), COMPACTED);
     assert_eq!(export.physically_compacted(), 0);
     drop(export);
     let copy = round_trip(&h.store);
     assert_eq!(copy.store.physically_compacted(), 0);
     let last = h.store.current_revision().unwrap();
-    let revisions = [compacted + 1, last];
+    let revisions = [COMPACTED + 1, last];
     assert!(what_reads_see(&copy, &revisions) == what_reads_see(&h, &revisions));
 
     h.store.finish_compaction().unwrap();
     copy.store.finish_compaction().unwrap();
-    assert_eq!(copy.store.physically_compacted(), compacted);
+    assert_eq!(copy.store.physically_compacted(), COMPACTED);
     assert_eq!(stored_versions(&copy.store), stored_versions(&h.store));
     assert!(what_reads_see(&copy, &revisions) == what_reads_see(&h, &revisions));
 }
 
 #[test]
 fn a_pass_gives_up_when_an_install_replaces_the_store_and_the_next_starts_from_its_state() {
-    let compacted = 1 + KEYS as i64 + 1250;
-    let h = three_rounds_compacted_at(compacted);
-    let mut pass = h.store.compaction_pass().unwrap().unwrap();
-    assert!(!pass.step(&h.store).unwrap());
+    let (h, mut pass) = one_step_into_a_pass();
 
-    // The leader's snapshot: the same history, compacted further and carried out.
-    let mut leader = three_rounds_compacted_at(compacted);
+    // The leader's snapshot: the same history, COMPACTED further and carried out.
+    let mut leader = three_rounds_compacted_at(COMPACTED);
     leader.apply(C::Compaction(CompactionRequest {
-        revision: compacted + 1000,
+        revision: COMPACTED + 1000,
         physical: true,
     }));
     let dir = tempfile::tempdir().unwrap();
@@ -135,13 +138,13 @@ fn a_pass_gives_up_when_an_install_replaces_the_store_and_the_next_starts_from_i
     let file = latest_snapshot(dir.path(), true).unwrap().unwrap();
     assert_eq!(file.meta, info.meta);
     h.store.install_snapshot(&file.path).unwrap();
-    assert_eq!(h.store.physically_compacted(), compacted + 1000);
+    assert_eq!(h.store.physically_compacted(), COMPACTED + 1000);
 
     // The old pass ends without touching the new store; none is left to do.
     let versions = stored_versions(&h.store);
     assert!(pass.step(&h.store).unwrap());
     assert_eq!(stored_versions(&h.store), versions);
-    assert_eq!(h.store.physically_compacted(), compacted + 1000);
+    assert_eq!(h.store.physically_compacted(), COMPACTED + 1000);
     assert!(h.store.compaction_pass().unwrap().is_none());
     assert_eq!(stored_versions(&h.store), stored_versions(&leader.store));
 }
