@@ -12,17 +12,17 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use rocksdb::{IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 
 use crate::log_store::LOG_COLUMN_FAMILIES;
 
 /// The log holds at most `--snapshot-count` entries (10 000 by default) plus the 5 000
-/// kept for lagging followers: a few MiB. One memtable holds many times that, so a
-/// flush, which drops what a purge's range deletion covers, writes little of the log to
-/// a table file. A 16 MiB memtable gave the same throughput and the same peak RSS at
-/// 1 000 000 keys (docs/benchmarks.md, issue 20): the memory the log's own database
-/// added is not its memtable.
-const LOG_WRITE_BUFFER_BYTES: usize = 64 << 20;
+/// kept for lagging followers: a few MiB. A memtable of 16 MiB holds several times that,
+/// so a flush, which drops what a purge's range deletion covers, writes at most those
+/// last entries to a table file. At 64 MiB the memtable was the largest single use of a
+/// member's memory: 66 of 126 MiB of heap at the peak of loading 1 000 000 keys
+/// (heaptrack; docs/benchmarks.md, issue 20).
+const LOG_WRITE_BUFFER_BYTES: usize = 16 << 20;
 
 /// How many bytes of entries one write of the move carries.
 const MOVE_BATCH_BYTES: usize = 4 << 20;
@@ -39,7 +39,12 @@ pub fn open_log_database(path: &Path) -> io::Result<Arc<DB>> {
     opts.set_compression_type(rocksdb::DBCompressionType::None);
     opts.set_write_buffer_size(LOG_WRITE_BUFFER_BYTES);
     opts.set_max_write_buffer_number(2);
-    let db = DB::open_cf(&opts, path, LOG_COLUMN_FAMILIES).map_err(io::Error::other)?;
+    // Each family gets these options itself: `DB::open_cf` would open them with
+    // RocksDB's defaults (a 64 MiB memtable, LZ4), `opts` applying only database-wide.
+    let families = LOG_COLUMN_FAMILIES
+        .iter()
+        .map(|name| ColumnFamilyDescriptor::new(*name, opts.clone()));
+    let db = DB::open_cf_descriptors(&opts, path, families).map_err(io::Error::other)?;
     Ok(Arc::new(db))
 }
 
@@ -133,6 +138,51 @@ mod tests {
             log.get_cf(state, b"vote").unwrap().as_deref(),
             Some(&b"v"[..])
         );
+    }
+
+    /// The options RocksDB recorded for column family `family` in the newest OPTIONS
+    /// file of `dir`, as `name=value` lines.
+    fn recorded_family_options(dir: &Path, family: &str) -> Vec<String> {
+        let newest = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| {
+                path.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("OPTIONS-")
+            })
+            .max()
+            .unwrap();
+        let text = std::fs::read_to_string(newest).unwrap();
+        let header = format!("[CFOptions \"{family}\"]");
+        text.lines()
+            .skip_while(|line| line.trim() != header)
+            .skip(1)
+            .take_while(|line| !line.trim_start().starts_with('['))
+            .map(|line| line.trim().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn every_log_family_is_opened_with_the_log_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        drop(open_log_database(&path).unwrap());
+        for family in LOG_COLUMN_FAMILIES {
+            let options = recorded_family_options(&path, family);
+            let expected = [
+                format!("write_buffer_size={LOG_WRITE_BUFFER_BYTES}"),
+                "max_write_buffer_number=2".to_owned(),
+                "compression=kNoCompression".to_owned(),
+            ];
+            for line in expected {
+                assert!(
+                    options.contains(&line),
+                    "{family}: no {line} in {options:?}"
+                );
+            }
+        }
     }
 
     #[test]
