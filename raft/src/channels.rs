@@ -92,22 +92,47 @@ pub const CLUSTER_ID_METADATA: &str = "x-quantykube-cluster-id";
 /// Metadata naming the sending member, so that a leader refuses a removed member's
 /// forwarded writes and read index requests.
 pub const MEMBER_ID_METADATA: &str = "x-quantykube-member-id";
+/// Metadata naming the member a request is meant for, as the `To` of etcd's raft
+/// messages: whatever answers at that member's peer URL refuses a request meant for
+/// another id. A replacement started on a removed member's URL is such a process.
+pub const TARGET_ID_METADATA: &str = "x-quantykube-target-id";
 
 type Ascii = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;
 
-/// Stamps the sender's cluster id and member id on each request of a channel.
+/// Stamps the sender's cluster id and member id, and the target's member id, on each
+/// request of a channel.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct ClusterStamp(Option<(Ascii, Ascii)>);
+pub(crate) struct ClusterStamp {
+    sender: Option<(Ascii, Ascii)>,
+    target: Option<Ascii>,
+}
+
+impl ClusterStamp {
+    /// This stamp on the requests of a channel to member `target`.
+    fn for_target(&self, target: NodeId) -> Self {
+        ClusterStamp {
+            sender: self.sender.clone(),
+            target: hex_metadata(target),
+        }
+    }
+}
+
+fn hex_metadata(id: u64) -> Option<Ascii> {
+    Ascii::try_from(format!("{id:x}")).ok()
+}
 
 impl tonic::service::Interceptor for ClusterStamp {
     fn call(
         &mut self,
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some((cluster, member)) = &self.0 {
-            let metadata = request.metadata_mut();
+        let metadata = request.metadata_mut();
+        if let Some((cluster, member)) = &self.sender {
             metadata.insert(CLUSTER_ID_METADATA, cluster.clone());
             metadata.insert(MEMBER_ID_METADATA, member.clone());
+        }
+        if let Some(target) = &self.target {
+            metadata.insert(TARGET_ID_METADATA, target.clone());
         }
         Ok(request)
     }
@@ -180,12 +205,13 @@ impl PeerChannels {
         member_id: NodeId,
     ) -> Self {
         let channels = Self::new(dialer, options);
-        let hex = |id: u64| Ascii::try_from(format!("{id:x}")).ok();
-        let stamp = hex(cluster_id).zip(hex(member_id));
         let inner = Inner {
             dialer: channels.inner.dialer.clone(),
             options: channels.inner.options.clone(),
-            stamp: ClusterStamp(stamp),
+            stamp: ClusterStamp {
+                sender: hex_metadata(cluster_id).zip(hex_metadata(member_id)),
+                target: None,
+            },
             cache: Mutex::new(HashMap::new()),
             next_generation: AtomicU64::new(1),
         };
@@ -253,7 +279,7 @@ impl PeerChannels {
         let pooled = PooledChannel {
             channel,
             generation: self.inner.next_generation.fetch_add(1, Ordering::Relaxed),
-            stamp: self.inner.stamp.clone(),
+            stamp: self.inner.stamp.for_target(target),
         };
         tracing::debug!(target_id = target, ?lane, %url, "dialled peer");
         self.lock_cache().insert(

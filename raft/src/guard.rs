@@ -23,6 +23,10 @@ pub const MEMBER_REMOVED: &str = "the member has been permanently removed from t
 /// answers 412 with the same words).
 pub const CLUSTER_ID_MISMATCH: &str = "cluster ID mismatch";
 
+/// How a peer refuses a request meant for another member id: the process at a peer
+/// URL is not (or no longer) the member the sender dialled it as.
+pub const MEMBER_ID_MISMATCH: &str = "member ID mismatch";
+
 /// Shared by one member's peer server and peer network. Cheap to read.
 #[derive(Debug)]
 pub struct ClusterGuard {

@@ -38,13 +38,13 @@ pub mod wal_sync;
 
 pub use channels::{
     DialError, DialOptions, Lane, PeerChannels, CLUSTER_ID_METADATA, MAX_PEER_MESSAGE_BYTES,
-    MEMBER_ID_METADATA,
+    MEMBER_ID_METADATA, TARGET_ID_METADATA,
 };
 pub use client::{RaftClient, RaftClientOptions, ReadError, WriteError};
 pub use config::{raft_config, RaftConfigError};
 pub use dialer::{DialFuture, Dialer, DialerError, TcpDialer};
 pub use force::{force_new_cluster, ForceNewClusterError, ForcedRestart};
-pub use guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_REMOVED};
+pub use guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_ID_MISMATCH, MEMBER_REMOVED};
 pub use join::{
     fetch_cluster_members, fetch_peer_state, AwaitingBootstrap, PeerState, RemoteCluster,
     RemoteMember,

@@ -33,7 +33,7 @@ use tonic::{Code, Status};
 
 use crate::channels::{Lane, PeerChannels, PeerRpc, PooledChannel};
 use crate::codec;
-use crate::guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_REMOVED};
+use crate::guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_ID_MISMATCH, MEMBER_REMOVED};
 use crate::metrics::PeerMetrics;
 use crate::pb;
 use crate::types::{Member, NodeId, Snapshot, SnapshotFile, TypeConfig, Vote};
@@ -127,7 +127,9 @@ impl PeerConnection {
                 self.channels.discard(self.target, self.lane, &pooled);
                 if status.code() == Code::FailedPrecondition && status.message() == MEMBER_REMOVED {
                     self.guard.note_removed_by_peer();
-                } else if status.message().starts_with(CLUSTER_ID_MISMATCH) {
+                } else if status.message().starts_with(CLUSTER_ID_MISMATCH)
+                    || status.message().starts_with(MEMBER_ID_MISMATCH)
+                {
                     tracing::warn!(
                         target_id = %format!("{:x}", self.target),
                         "request sent was ignored by peer ({})",

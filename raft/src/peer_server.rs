@@ -28,9 +28,9 @@ use tonic::{Request, Response, Status, Streaming};
 use openraft::async_runtime::WatchReceiver;
 
 use crate::channels::MAX_PEER_MESSAGE_BYTES;
-use crate::channels::{CLUSTER_ID_METADATA, MEMBER_ID_METADATA};
+use crate::channels::{CLUSTER_ID_METADATA, MEMBER_ID_METADATA, TARGET_ID_METADATA};
 use crate::codec;
-use crate::guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_REMOVED};
+use crate::guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_ID_MISMATCH, MEMBER_REMOVED};
 use crate::pb;
 use crate::pb::peer_server::{Peer, PeerServer};
 use crate::propose_stream::{self, OutcomeStream};
@@ -325,21 +325,35 @@ impl<SM> PeerService<SM>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
 {
-    /// A request stamped with another cluster's id is refused before raft sees it, so
-    /// that a member pointed at the wrong peers never disturbs this cluster.
+    /// A request stamped with another cluster's id, or meant for another member, is
+    /// refused before raft sees it: a member pointed at the wrong peers never disturbs
+    /// this cluster, and a process never takes in raft messages meant for the member
+    /// whose peer URL it now has (a replacement that took a removed member's id from a
+    /// peer that had not yet applied the removal would otherwise be replicated to as
+    /// the new member, and apply its own removal).
     fn same_cluster<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        let Some(sent) = request.metadata().get(CLUSTER_ID_METADATA) else {
-            return Ok(());
-        };
+        let metadata = request.metadata();
         // Parsed, not formatted: this runs on every heartbeat and AppendEntries.
-        let local = self.guard.cluster_id();
-        let sent = sent.to_str().unwrap_or("?");
-        if u64::from_str_radix(sent, 16) == Ok(local) {
-            return Ok(());
+        let differs = |sent: &str, local: u64| u64::from_str_radix(sent, 16) != Ok(local);
+        if let Some(sent) = metadata.get(CLUSTER_ID_METADATA) {
+            let local = self.guard.cluster_id();
+            let sent = sent.to_str().unwrap_or("?");
+            if differs(sent, local) {
+                return Err(Status::failed_precondition(format!(
+                    "{CLUSTER_ID_MISMATCH}: local={local:x}, remote={sent}"
+                )));
+            }
         }
-        Err(Status::failed_precondition(format!(
-            "{CLUSTER_ID_MISMATCH}: local={local:x}, remote={sent}"
-        )))
+        if let Some(target) = metadata.get(TARGET_ID_METADATA) {
+            let local = self.guard.local_id();
+            let target = target.to_str().unwrap_or("?");
+            if differs(target, local) {
+                return Err(Status::failed_precondition(format!(
+                    "{MEMBER_ID_MISMATCH}: local={local:x}, requested={target}"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// A removed member that has not learned of its removal may still forward its

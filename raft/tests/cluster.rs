@@ -479,3 +479,44 @@ async fn a_node_without_a_leader_reports_no_leader() {
         Err(quantykube_raft::WriteError::Stopped(_))
     ));
 }
+
+/// A process answering at a member's peer URL refuses raft messages meant for another
+/// member id, before raft sees them (soak seed 420: a replacement that took the removed
+/// member's id was replicated to as the new member and applied its own removal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_meant_for_another_member_id_is_refused() {
+    use quantykube_raft::pb::peer_client::PeerClient;
+    use quantykube_raft::{MEMBER_ID_MISMATCH, TARGET_ID_METADATA};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (listener, url) = listen().await;
+    let mut node = start_node(0x1f, listener, dir.path().join("n1")).await;
+    let mut peer = PeerClient::connect(url).await.unwrap();
+    let vote = |target: Option<&str>| {
+        // Not a vote openraft could decode: only the checks before decoding matter.
+        let mut request = tonic::Request::new(quantykube_raft::pb::RequestVoteRequest {
+            request: vec![0xff].into(),
+        });
+        if let Some(target) = target {
+            request
+                .metadata_mut()
+                .insert(TARGET_ID_METADATA, target.parse().unwrap());
+        }
+        request
+    };
+    for forged in ["20", "0", "not-hex", "1f1f"] {
+        let refused = peer.request_vote(vote(Some(forged))).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{forged}");
+        assert!(
+            refused.message().starts_with(MEMBER_ID_MISMATCH),
+            "{forged}: {}",
+            refused.message()
+        );
+    }
+    // Its own id, or no target (a sender from before the check), reaches the decoder.
+    for target in [Some("1f"), None] {
+        let status = peer.request_vote(vote(target)).await.unwrap_err();
+        assert_ne!(status.code(), tonic::Code::FailedPrecondition, "{target:?}");
+    }
+    node.kill().await;
+}

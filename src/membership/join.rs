@@ -8,7 +8,7 @@
 //! `--initial-cluster` for the cluster, and takes the id that MemberAdd gave its peer
 //! URLs. This module decides identities; it never changes the membership.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -158,6 +158,11 @@ pub async fn decide(
 
 /// Asks the other members of `--initial-cluster` for the cluster, and finds this member
 /// in it by its advertised peer URLs.
+///
+/// All of them are asked at once: a peer that is behind (partitioned while the operator
+/// replaced a member, say) may still list the removed member this one replaces, under
+/// the same peer URLs. An id that any peer has seen removed is never taken, and of the
+/// rest the answer with the longest log wins.
 async fn join_identity(config: &Config, dialer: &dyn Dialer) -> Result<Identity, MembershipError> {
     let own = &config.initial_advertise_peer_urls;
     let peers: Vec<&String> = config
@@ -166,28 +171,68 @@ async fn join_identity(config: &Config, dialer: &dyn Dialer) -> Result<Identity,
         .flat_map(|m| &m.peer_urls)
         .filter(|url| !own.contains(url))
         .collect();
-    let mut last_error =
-        MembershipError::CannotFetchCluster("no other member in --initial-cluster".into());
+    if peers.is_empty() {
+        return Err(MembershipError::CannotFetchCluster(
+            "no other member in --initial-cluster".into(),
+        ));
+    }
+    let mut last_error = MembershipError::CannotFetchCluster("no peer answered".into());
     for attempt in 0..JOIN_ATTEMPTS {
-        for url in &peers {
-            match fetch_cluster_members(dialer, url, Duration::from_secs(2)).await {
-                // A member that has not applied the MemberAdd yet may not list us.
-                Ok(cluster) => match identity_in(&cluster, own) {
-                    Ok(identity) => return Ok(identity),
-                    Err(error) => last_error = error,
-                },
+        let asked = peers
+            .iter()
+            .map(|url| fetch_cluster_members(dialer, url, Duration::from_secs(2)));
+        let mut answers = Vec::new();
+        for (url, answer) in peers.iter().zip(futures::future::join_all(asked).await) {
+            match answer {
+                Ok(cluster) => answers.push(cluster),
                 Err(error) => {
                     tracing::warn!(peer_url = %url, %error, attempt, "cannot fetch the cluster from a peer");
                     last_error = MembershipError::CannotFetchCluster(error);
                 }
             }
         }
-        if peers.is_empty() {
-            break;
+        if !answers.is_empty() {
+            // A peer that has not applied the MemberAdd yet may not list us: ask again.
+            match identity_among(&answers, own) {
+                Ok(identity) => return Ok(identity),
+                Err(error) => last_error = error,
+            }
         }
         tokio::time::sleep(JOIN_RETRY).await;
     }
     Err(last_error)
+}
+
+/// This member's id among several peers' answers: from the answer with the longest log
+/// that lists our peer URLs under an id no answer has seen removed.
+pub fn identity_among(
+    answers: &[RemoteCluster],
+    own: &[String],
+) -> Result<Identity, MembershipError> {
+    let removed: BTreeSet<NodeId> = answers
+        .iter()
+        .flat_map(|a| a.removed_ids.iter().copied())
+        .collect();
+    let mut last_error = MembershipError::NoMatchingMember(own.join(","));
+    let mut best: Option<(u64, Identity)> = None;
+    for answer in answers {
+        match identity_in(answer, own) {
+            Ok(identity) if removed.contains(&identity.member_id) => {
+                last_error = MembershipError::NoMatchingMember(format!(
+                    "{} (a peer lists them under {:x}, which another has seen removed)",
+                    own.join(","),
+                    identity.member_id
+                ));
+            }
+            Ok(identity) => {
+                if best.is_none_or(|(index, _)| answer.last_log_index > index) {
+                    best = Some((answer.last_log_index, identity));
+                }
+            }
+            Err(error) => last_error = error,
+        }
+    }
+    best.map(|(_, identity)| identity).ok_or(last_error)
 }
 
 /// This member's id in `cluster`: the member whose peer URLs are exactly ours.
@@ -254,6 +299,62 @@ mod tests {
         );
         assert!(matches!(
             identity_in(&cluster(), &["http://b:2380".into()]),
+            Err(MembershipError::NoMatchingMember(_))
+        ));
+    }
+
+    /// Soak seed 420: n3 was removed and added again (same peer URL, new id) while n1
+    /// was partitioned; n1 still listed the old id, and the joiner took it from n1.
+    #[test]
+    fn a_joiner_never_takes_an_id_a_peer_has_seen_removed() {
+        let own = ["http://b:2380".to_owned(), "http://c:2380".to_owned()];
+        let behind = cluster(); // lists member 2 at our URLs, knows of no removal
+        let mut current = cluster();
+        current.members[1].id = 7;
+        current.removed_ids = vec![2];
+        current.last_log_index = 40;
+        for answers in [
+            vec![behind.clone(), current.clone()],
+            vec![current.clone(), behind.clone()],
+        ] {
+            assert_eq!(identity_among(&answers, &own).unwrap().member_id, 7);
+        }
+        // Behind, yet with the longer log (a deposed leader's unreplicated tail): the
+        // removal another peer reports still rules its listing out.
+        let mut long_tail = behind.clone();
+        long_tail.last_log_index = 99;
+        assert_eq!(
+            identity_among(&[long_tail, current.clone()], &own)
+                .unwrap()
+                .member_id,
+            7
+        );
+        // Only peers that list the removed id under our URLs: nothing to take yet.
+        let mut removed_still_listed = current.clone();
+        removed_still_listed.members[1].id = 2;
+        assert!(matches!(
+            identity_among(&[removed_still_listed], &own),
+            Err(MembershipError::NoMatchingMember(message)) if message.contains("removed")
+        ));
+    }
+
+    #[test]
+    fn a_joiner_takes_the_longest_log_among_answers_that_list_it() {
+        let own = ["http://a:2380".to_owned()];
+        let mut older = cluster();
+        older.last_log_index = 5;
+        let mut newer = cluster();
+        newer.members[0].id = 11;
+        newer.last_log_index = 12;
+        assert_eq!(
+            identity_among(&[older.clone(), newer.clone()], &own)
+                .unwrap()
+                .member_id,
+            11
+        );
+        assert_eq!(identity_among(&[newer, older], &own).unwrap().member_id, 11);
+        assert!(matches!(
+            identity_among(&[], &own),
             Err(MembershipError::NoMatchingMember(_))
         ));
     }
