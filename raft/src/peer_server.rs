@@ -23,6 +23,7 @@ use openraft::error::{LinearizableReadError, RaftError};
 use openraft::storage::RaftStateMachine;
 use openraft::ReadPolicy;
 use serde::Serialize;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
 
 use openraft::async_runtime::WatchReceiver;
@@ -333,27 +334,18 @@ where
     /// the new member, and apply its own removal).
     fn same_cluster<T>(&self, request: &Request<T>) -> Result<(), Status> {
         let metadata = request.metadata();
-        // Parsed, not formatted: this runs on every heartbeat and AppendEntries.
-        let differs = |sent: &str, local: u64| u64::from_str_radix(sent, 16) != Ok(local);
-        if let Some(sent) = metadata.get(CLUSTER_ID_METADATA) {
-            let local = self.guard.cluster_id();
-            let sent = sent.to_str().unwrap_or("?");
-            if differs(sent, local) {
-                return Err(Status::failed_precondition(format!(
-                    "{CLUSTER_ID_MISMATCH}: local={local:x}, remote={sent}"
-                )));
-            }
-        }
-        if let Some(target) = metadata.get(TARGET_ID_METADATA) {
-            let local = self.guard.local_id();
-            let target = target.to_str().unwrap_or("?");
-            if differs(target, local) {
-                return Err(Status::failed_precondition(format!(
-                    "{MEMBER_ID_MISMATCH}: local={local:x}, requested={target}"
-                )));
-            }
-        }
-        Ok(())
+        refuse_unless_matches(
+            metadata.get(CLUSTER_ID_METADATA),
+            self.guard.cluster_id(),
+            CLUSTER_ID_MISMATCH,
+            "remote",
+        )?;
+        refuse_unless_matches(
+            metadata.get(TARGET_ID_METADATA),
+            self.guard.local_id(),
+            MEMBER_ID_MISMATCH,
+            "requested",
+        )
     }
 
     /// A removed member that has not learned of its removal may still forward its
@@ -374,6 +366,25 @@ where
         }
         Ok(())
     }
+}
+
+/// Refuses a request whose hex id in `sent` is not `local`; a request that does not
+/// carry the entry passes. Parsed, not formatted: this runs on every heartbeat and
+/// AppendEntries.
+fn refuse_unless_matches(
+    sent: Option<&MetadataValue<Ascii>>,
+    local: u64,
+    mismatch: &str,
+    sent_label: &str,
+) -> Result<(), Status> {
+    let Some(sent) = sent else { return Ok(()) };
+    let sent = sent.to_str().unwrap_or("?");
+    if u64::from_str_radix(sent, 16) == Ok(local) {
+        return Ok(());
+    }
+    Err(Status::failed_precondition(format!(
+        "{mismatch}: local={local:x}, {sent_label}={sent}"
+    )))
 }
 
 /// The member a peer request says it comes from.
