@@ -21,6 +21,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ".quantykube.admin.v1.Member",
             "crate::admin::member_message::Member",
         )
+        // Prost's codec, with each message's buffer sized once (src/api/codec.rs).
+        .codec_path("crate::api::codec::PresizedCodec")
         .generate_default_stubs(true)
         .build_client(true)
         .compile_protos(

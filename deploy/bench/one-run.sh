@@ -15,7 +15,8 @@
 #        AUTH=1 deploy/bench/one-run.sh               # auth on; the load runs as a non-root
 #                                                     # user holding readwrite on every key
 # Env: QK (bench client and, unless SERVER is set, the server; default the release
-#      build), SERVER, WORKLOAD (put | txn-cas | range-l), DURATION (20s),
+#      build), SERVER, WORKLOAD (put | txn-cas | range-l | range-1000; set
+#      CLIENTS=10 for compare.sh's range-1000), DURATION (20s),
 #      BENCHFLAGS (extra bench flags), PREWRITE (e.g. 40s of put x10 first), TOTAL, PERF (writes $PERF_DATA, default /var/tmp/qk-perf.data; PERF_FREQ, and
 #      PERF_CALL_GRAPH=dwarf for stacks through code built without frame pointers), QKFLAGS (extra
 #      server flags), TLS (1: mutual TLS everywhere, certificates made in the run's dir).
@@ -64,6 +65,14 @@ case $WORKLOAD in
     # compare.sh's range-l-100: linearizable single-key reads of 1 000 existing keys.
     "$QK" bench put --total 1000 --key-space-size 1000 --sequential-keys "${common[@]}" >/dev/null
     args=(range --duration "$DURATION" --key-space-size 1000 --consistency l) ;;
+  range-1000)
+    # compare.sh's range-1000: linearizable ranges of the same 1 000 keys, 10 clients.
+    "$QK" bench put --total 1000 --key-space-size 1000 --sequential-keys "${common[@]}" >/dev/null
+    # VERSIONS=1: first give each key the ~100 versions compare.sh's txn-cas run leaves.
+    if [ -n "${VERSIONS:-}" ]; then
+      "$QK" bench put --total 100000 --key-space-size 1000 --sequential-keys "${common[@]}" >/dev/null
+    fi
+    args=(range 00000000 00001000 --limit 1000 --duration "$DURATION" --consistency l) ;;
   *) echo "unknown WORKLOAD $WORKLOAD" >&2; exit 2 ;;
 esac
 

@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod authorized;
 pub mod cluster;
+pub mod codec;
 pub mod compat_layer;
 pub mod downgrade;
 pub mod election;

@@ -289,20 +289,44 @@ impl StoredVersion {
     }
 
     pub fn decode(raw: &[u8]) -> Result<Self, StoreError> {
+        Ok(match LiveRecord::parse(raw)? {
+            None => StoredVersion::Tombstone,
+            Some(live) => StoredVersion::Live {
+                create_revision: live.create_revision,
+                version: live.version,
+                lease: live.lease,
+                value: Bytes::copy_from_slice(live.value),
+            },
+        })
+    }
+}
+
+/// A live version record read in place: the value still borrowed from RocksDB, for
+/// callers that copy it somewhere of their own (a Range response's shared buffer).
+pub struct LiveRecord<'a> {
+    pub create_revision: i64,
+    pub version: i64,
+    pub lease: i64,
+    pub value: &'a [u8],
+}
+
+impl<'a> LiveRecord<'a> {
+    /// The live record in `raw`, or `None` for a tombstone.
+    pub fn parse(raw: &'a [u8]) -> Result<Option<Self>, StoreError> {
         match raw.first() {
-            Some(&TOMBSTONE) => Ok(StoredVersion::Tombstone),
+            Some(&TOMBSTONE) => Ok(None),
             Some(&LIVE) if raw.len() >= LIVE_HEADER => {
                 let int = |at: usize| {
                     let mut be = [0u8; 8];
                     be.copy_from_slice(&raw[at..at + 8]);
                     i64::from_be_bytes(be)
                 };
-                Ok(StoredVersion::Live {
+                Ok(Some(LiveRecord {
                     create_revision: int(1),
                     version: int(9),
                     lease: int(17),
-                    value: Bytes::copy_from_slice(&raw[LIVE_HEADER..]),
-                })
+                    value: &raw[LIVE_HEADER..],
+                }))
             }
             _ => Err(StoreError::corrupt("bad version record")),
         }

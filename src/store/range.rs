@@ -16,6 +16,7 @@ use super::encoding::{
     unescape_key_into, version_key, StoredVersion,
 };
 use super::meta::Revisions;
+use super::packed::PackedKeyValues;
 use super::{RevisionStore, StoreError, CF_KV, CF_LATEST};
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
@@ -298,16 +299,16 @@ pub fn range(
         .unwrap_or_default();
 
     let (mut kvs, count) = if pending.is_empty() {
-        let mut kvs = Vec::new();
+        let mut packed = PackedKeyValues::default();
         let mut count: i64 = 0;
         reader.scan(&req.key, &req.range_end, at, |key, revision, raw| {
             count += 1;
-            if !req.count_only && kvs.len() < fetch_limit {
-                kvs.push(key_value(key, revision, raw, with_value)?);
+            if !req.count_only && packed.len() < fetch_limit {
+                packed.push(key, revision, raw, with_value)?;
             }
             Ok(true)
         })?;
-        (kvs, count)
+        (packed.into_key_values(), count)
     } else {
         let mut merged: BTreeMap<Bytes, KeyValue> = BTreeMap::new();
         reader.scan(&req.key, &req.range_end, at, |key, revision, raw| {
