@@ -311,6 +311,12 @@ pub struct LiveRecord<'a> {
 }
 
 impl<'a> LiveRecord<'a> {
+    /// The record in `raw`, which must be live: a tombstone here is corruption (a
+    /// reader that found it through `latest` or a live scan).
+    pub fn parse_live(raw: &'a [u8]) -> Result<Self, StoreError> {
+        Self::parse(raw)?.ok_or_else(|| StoreError::corrupt("tombstone read as live"))
+    }
+
     /// The live record in `raw`, or `None` for a tombstone.
     pub fn parse(raw: &'a [u8]) -> Result<Option<Self>, StoreError> {
         match raw.first() {

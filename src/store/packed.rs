@@ -48,8 +48,7 @@ impl PackedKeyValues {
         raw: &[u8],
         with_value: bool,
     ) -> Result<(), StoreError> {
-        let live =
-            LiveRecord::parse(raw)?.ok_or_else(|| StoreError::corrupt("tombstone read as live"))?;
+        let live = LiveRecord::parse_live(raw)?;
         let key = self.append(user_key);
         let value = if with_value {
             self.append(live.value)

@@ -13,7 +13,7 @@ use rocksdb::{DBRawIterator, ReadOptions, Snapshot};
 
 use super::encoding::{
     after_all_versions, escape_key, kv_bounds, split_latest_value, split_version_key,
-    unescape_key_into, version_key, StoredVersion,
+    unescape_key_into, version_key, LiveRecord, StoredVersion,
 };
 use super::meta::Revisions;
 use super::packed::PackedKeyValues;
@@ -219,22 +219,19 @@ pub fn key_value(
     raw: &[u8],
     with_value: bool,
 ) -> Result<KeyValue, StoreError> {
-    match StoredVersion::decode(raw)? {
-        StoredVersion::Tombstone => Err(StoreError::corrupt("tombstone read as live")),
-        StoredVersion::Live {
-            create_revision,
-            version,
-            lease,
-            value,
-        } => Ok(KeyValue {
-            key: Bytes::copy_from_slice(user_key),
-            create_revision,
-            mod_revision,
-            version,
-            value: if with_value { value } else { Bytes::new() },
-            lease,
-        }),
-    }
+    let live = LiveRecord::parse_live(raw)?;
+    Ok(KeyValue {
+        key: Bytes::copy_from_slice(user_key),
+        create_revision: live.create_revision,
+        mod_revision,
+        version: live.version,
+        value: if with_value {
+            Bytes::copy_from_slice(live.value)
+        } else {
+            Bytes::new()
+        },
+        lease: live.lease,
+    })
 }
 
 /// The revision a read at `requested` (0 = current) is served at, as etcd checks it.
