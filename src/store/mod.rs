@@ -66,6 +66,9 @@ pub(crate) const CF_LEASE: &str = "lease";
 /// Column families the revision store owns in the node's database.
 pub const STORE_COLUMN_FAMILIES: &[&str] = &[CF_KV, CF_HISTORY, CF_LATEST, CF_META, CF_LEASE];
 
+/// L0 files `kv` and `history` gather before RocksDB compacts them (its default is 4).
+const L0_FILES_BEFORE_COMPACTION: i32 = 16;
+
 /// The revision store's RocksDB (the raft log has one of its own: src/disk.rs).
 /// `extra_cfs` names other column families the database holds and must be opened with:
 /// those of a raft log kept here by a build before the split, about to be moved out.
@@ -96,6 +99,22 @@ pub fn open_database(path: &std::path::Path, extra_cfs: &[&str]) -> Result<Arc<D
                 let mut latest = opts.clone();
                 latest.set_block_based_table_factory(&table);
                 ColumnFamilyDescriptor::new(*name, latest)
+            }
+            // Every version and the change log: written on every put, deleted by
+            // compaction, read only by history reads, watches catching up and compaction.
+            // Each raft snapshot flushes them into a small L0 file (a checkpoint every
+            // `--snapshot-count` entries), and with RocksDB's trigger of 4 such files
+            // every fourth snapshot rewrote the whole family into its one bottom level:
+            // a cost per put that grew with the store, half of a member's CPU after
+            // 1 000 000 keys (docs/benchmarks.md, issue 20's sixth step). Waiting for
+            // 16 files rewrites it a quarter as often; these families' few reads merge
+            // the extra files.
+            CF_KV | CF_HISTORY => {
+                let mut versions = opts.clone();
+                versions.set_level_zero_file_num_compaction_trigger(L0_FILES_BEFORE_COMPACTION);
+                versions.set_level_zero_slowdown_writes_trigger(L0_FILES_BEFORE_COMPACTION * 3);
+                versions.set_level_zero_stop_writes_trigger(L0_FILES_BEFORE_COMPACTION * 4);
+                ColumnFamilyDescriptor::new(*name, versions)
             }
             _ => ColumnFamilyDescriptor::new(*name, opts.clone()),
         });
