@@ -36,7 +36,7 @@ else DURATION=${DURATION:-20s}; RSS_KEYS=1000000; SUSTAINED_TOTAL=${SUSTAINED_TO
 SUSTAINED_WINDOW=${SUSTAINED_WINDOW:-5s}
 mkdir -p "$OUT"
 pids=()
-cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() { stop_members; finish_work; }
 trap cleanup EXIT INT TERM
 # shellcheck source=deploy/bench/members.sh
 . deploy/bench/members.sh
@@ -48,7 +48,6 @@ start_cluster() { # $1 = system name, $2 = binary
   echo "$1 did not start; logs in $WORK/$1" >&2; trap - EXIT; return 1
 }
 
-stop_cluster() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=(); }
 
 wanted() { [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $1 "* ]]; }
 
@@ -109,7 +108,7 @@ for system in $SYSTEMS; do
   bench "$system" watch watch --duration "$DURATION" --watchers 1000 --streams 10 --put-rate 1000 \
     --clients 10 --conns 10 --key-size 8 --val-size 256
   bench "$system" lease-keepalive lease-keepalive --duration "$DURATION" --leases 1000 --clients 10 --conns 10
-  stop_cluster
+  stop_members
 
   # Sustained puts on a fresh cluster, compacted as the Kubernetes API server compacts:
   # does throughput hold as the store fills? Window by window, for the charts.
@@ -118,7 +117,7 @@ for system in $SYSTEMS; do
     bench "$system" sustained put --total "$SUSTAINED_TOTAL" --key-space-size "$SUSTAINED_KEYS" \
       --compact-every 10000 --timeline "$SUSTAINED_WINDOW" --clients 100 --conns 10 \
       --key-size 8 --val-size 256 --target-leader
-    stop_cluster
+    stop_members
   fi
 
   # Peak RSS: a fresh cluster, RSS_KEYS distinct keys written once, then the members'
@@ -129,7 +128,7 @@ for system in $SYSTEMS; do
     --key-space-size "$RSS_KEYS" --sequential-keys
   peak_rss_kib >"$OUT/$system-rss-kib.txt"
   du -sk --exclude='*.log' "$WORK/$system" | awk '{print $1}' >"$OUT/$system-disk-kib.txt"
-  stop_cluster
+  stop_members
 done
 
 if [ "${REPORT:-1}" = 0 ]; then

@@ -21,7 +21,7 @@ WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-gateway.XXXXXX")
 # shellcheck source=deploy/bench/members.sh
 . "$(dirname "$0")/members.sh"
 pids=()
-cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() { stop_members; finish_work; }
 trap cleanup EXIT INT TERM
 
 # wrk scripts: a random key per put; one key read by every range.
@@ -94,8 +94,7 @@ for server in etcd quantykube; do
     results[$server,$workload]=$rps
     printf '%-10s %-6s %8s req/s  p50 %6s ms  p99 %6s ms  errors %s\n' "$server" "$workload" "$rps" "$p50" "$p99" "$errors"
   done
-  kill -9 "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
+  stop_members
 done
 for workload in put range; do
   awk -v q="${results[quantykube,$workload]}" -v e="${results[etcd,$workload]}" -v w="$workload" \

@@ -23,9 +23,8 @@ sampler=""
 cleanup() {
   [ -n "$sampler" ] && kill "$sampler" 2>/dev/null
   # SIGTERM, not SIGKILL: heaptrack writes its file out when m1 exits.
-  kill "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
-  if [ -n "${KEEP:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
+  stop_members TERM
+  finish_work
 }
 trap cleanup EXIT INT TERM
 

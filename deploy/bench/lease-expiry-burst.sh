@@ -13,7 +13,7 @@ QK=${QK:-$(./deploy/bench/build-release.sh)}
 LEASES=${LEASES:-5000}
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-burst.XXXXXX")
 pids=()
-cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() { stop_members; finish_work; }
 trap cleanup EXIT INT TERM
 # shellcheck source=deploy/bench/members.sh
 . deploy/bench/members.sh

@@ -21,7 +21,7 @@ WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-member-add.XXXXXX")
 # shellcheck source=deploy/bench/members.sh
 . "$(dirname "$0")/members.sh"
 pids=()
-cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; if [ -n "${KEEP:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
+cleanup() { stop_members; finish_work; }
 trap cleanup EXIT INT TERM
 ctl() { ETCDCTL_API=3 etcdctl --endpoints "$ENDPOINTS" "$@"; }
 

@@ -68,3 +68,15 @@ start_members() {
   done
   return 1
 }
+
+# stop_members [SIGNAL]: sends SIGNAL (KILL unless given; TERM lets a profiler write its
+# file) to the caller's `pids`, waits for the script's background jobs, and empties
+# `pids`.
+stop_members() {
+  kill "-${1:-KILL}" "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  pids=()
+}
+
+# finish_work: removes $WORK, or with KEEP=1 keeps it and says where.
+finish_work() { if [ -n "${KEEP:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }

@@ -16,7 +16,7 @@ WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-snapshot-dip.XXXXXX")
 # shellcheck source=deploy/bench/members.sh
 . "$(dirname "$0")/members.sh"
 pids=()
-cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() { stop_members; finish_work; }
 trap cleanup EXIT INT TERM
 
 start_members "${SERVER:-$QK}" "$WORK" snapshot-dip --quota-backend-bytes 8589934592 ||

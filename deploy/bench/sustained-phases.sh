@@ -28,9 +28,8 @@ pids=()
 bench_pid=""
 cleanup() {
   [ -n "$bench_pid" ] && kill "$bench_pid" 2>/dev/null
-  kill -9 "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
-  if [ -n "${KEEP:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
+  stop_members
+  finish_work
 }
 trap cleanup EXIT INT TERM
 
