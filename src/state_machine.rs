@@ -32,9 +32,9 @@ pub struct StateMachine {
     member: NodeId,
     store: Arc<RevisionStore>,
     snapshot_dir: PathBuf,
-    /// Held while the snapshot directory changes or is read: a checkpoint is built on
-    /// a task of its own while raft may ask for the current snapshot or install one,
-    /// and none may remove what another is opening.
+    /// Held while the snapshot directory changes or is read: a snapshot is built on a
+    /// task of its own while raft may ask for the current snapshot or install one, and
+    /// none may remove what another is opening.
     snapshot_dir_lock: Arc<Mutex<()>>,
     /// Set once raft runs (see [`StateMachine::snapshot_exports`]).
     snapshot_exports: Arc<AtomicBool>,
@@ -68,8 +68,8 @@ impl StateMachine {
 
     /// The switch to set once `Raft::new` returned. openraft asks for the current
     /// snapshot while it starts, for its meta only; from then on, an ask means a send to
-    /// a follower. A checkpoint is exported to its transfer file only then, so a restart
-    /// never copies the store.
+    /// a follower. The store is exported to a transfer file only then, so a restart
+    /// never copies it.
     pub fn snapshot_exports(&self) -> Arc<AtomicBool> {
         self.snapshot_exports.clone()
     }
@@ -223,8 +223,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
         let export = self.snapshot_exports.load(Ordering::Acquire);
+        let store = self.store.clone();
         let latest = self
-            .in_snapshot_dir(move |dir| crate::store::latest_snapshot(dir, export))
+            .in_snapshot_dir(move |dir| store.current_snapshot(dir, export))
             .await?;
         Ok(latest.map(|info| Snapshot {
             meta: info.meta,

@@ -204,8 +204,11 @@ fn alarms_survive_a_reopen_and_travel_in_snapshots() {
     assert!(reopened.has_alarm(AlarmType::Nospace));
 
     let snapshots = tempfile::tempdir().unwrap();
-    let info = reopened.build_snapshot(snapshots.path()).unwrap();
-    latest_snapshot(snapshots.path(), true).unwrap().unwrap();
+    reopened.build_snapshot(snapshots.path()).unwrap();
+    let info = reopened
+        .current_snapshot(snapshots.path(), true)
+        .unwrap()
+        .unwrap();
     let mut other = Harness::new();
     alarm(&mut other, AlarmAction::Activate, 1, CORRUPT);
     other.store.install_snapshot(&info.path).unwrap();

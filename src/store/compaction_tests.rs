@@ -135,7 +135,11 @@ fn a_pass_gives_up_when_an_install_replaces_the_store_and_the_next_starts_from_i
     }));
     let dir = tempfile::tempdir().unwrap();
     let info = leader.store.build_snapshot(dir.path()).unwrap();
-    let file = latest_snapshot(dir.path(), true).unwrap().unwrap();
+    let file = leader
+        .store
+        .current_snapshot(dir.path(), true)
+        .unwrap()
+        .unwrap();
     assert_eq!(file.meta, info.meta);
     h.store.install_snapshot(&file.path).unwrap();
     assert_eq!(h.store.physically_compacted(), COMPACTED + 1000);

@@ -52,7 +52,7 @@ pub use lease::LeaseRecord;
 pub use meta::{read_applied, read_member_attributes, read_removed_members, AppliedState};
 pub use range::in_range;
 pub use range_stream::{chunk_budget, RangeStream};
-pub use snapshot::{keep_received_snapshot, latest_snapshot, SnapshotInfo};
+pub use snapshot::{keep_received_snapshot, SnapshotInfo};
 pub use write::{ApplyBatch, WriteOutcome};
 
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
@@ -87,6 +87,12 @@ pub fn open_database(path: &std::path::Path, extra_cfs: &[&str]) -> Result<Arc<D
     // throughput (docs/benchmarks.md).
     opts.set_db_write_buffer_size(32 << 20);
     opts.set_write_buffer_size(8 << 20);
+    // A WAL file stays until every family with writes in it has flushed, and `meta`
+    // (the applied log id of every batch) rarely fills a memtable: without a bound the
+    // WAL would grow to RocksDB's default of four times every memtable together, all of
+    // it replayed at each start. Past twice the memtable budget RocksDB flushes the
+    // families that hold the oldest file.
+    opts.set_max_total_wal_size(64 << 20);
     let cfs = STORE_COLUMN_FAMILIES
         .iter()
         .chain(extra_cfs)
@@ -102,13 +108,13 @@ pub fn open_database(path: &std::path::Path, extra_cfs: &[&str]) -> Result<Arc<D
             }
             // Every version and the change log: written on every put, deleted by
             // compaction, read only by history reads, watches catching up and compaction.
-            // Each raft snapshot flushes them into a small L0 file (a checkpoint every
-            // `--snapshot-count` entries), and with RocksDB's trigger of 4 such files
-            // every fourth snapshot rewrote the whole family into its one bottom level:
-            // a cost per put that grew with the store, half of a member's CPU after
-            // 1 000 000 keys (docs/benchmarks.md, issue 20's sixth step). Waiting for
-            // 16 files rewrites it a quarter as often; these families' few reads merge
-            // the extra files.
+            // Each memtable flush makes an L0 file, and with RocksDB's trigger of 4 every
+            // fourth one rewrote the whole family into its one bottom level (random keys
+            // touch all of it): a cost per put that grew with the store, half of a
+            // member's CPU after 1 000 000 keys when every raft snapshot still forced a
+            // flush (docs/benchmarks.md, issue 20's sixth step). Waiting for 16 files
+            // rewrites it a quarter as often; these families' few reads merge the extra
+            // files.
             CF_KV | CF_HISTORY => {
                 let mut versions = opts.clone();
                 versions.set_level_zero_file_num_compaction_trigger(L0_FILES_BEFORE_COMPACTION);

@@ -387,7 +387,9 @@ fn a_snapshot_install_during_a_stream_neither_waits_for_it_nor_shows_in_it() {
     }
     let dir = tempfile::tempdir().unwrap();
     other.store.build_snapshot(dir.path()).unwrap();
-    let file = crate::store::latest_snapshot(dir.path(), true)
+    let file = other
+        .store
+        .current_snapshot(dir.path(), true)
         .unwrap()
         .unwrap();
     h.store.install_snapshot(&file.path).unwrap();

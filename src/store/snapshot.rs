@@ -1,25 +1,29 @@
 //! Raft snapshots of the revision store.
 //!
-//! Building a snapshot takes a RocksDB checkpoint of the node's database in
-//! `checkpoint-<id>/`: RocksDB flushes the memtables and hard-links the SST files, so a
-//! snapshot every `--snapshot-count` entries costs a flush, not a copy of the store.
-//! Only when raft asks for the current snapshot to send it to a follower that fell
-//! behind the purged log is the checkpoint exported, once, to the
-//! transfer file `snapshot-<id>.snap`: the magic `QKSNAP01`, a length-prefixed JSON
-//! header (the raft snapshot meta: last log id and membership), then
-//! `(column family, key, value)` records and an end marker. A snapshot received from
-//! the leader is kept as such a file and installed record by record, so that neither
-//! side ever holds a snapshot whole in memory. This module owns the checkpoints, that
-//! format, and which snapshot is current; it never talks to the network.
+//! The store is its own snapshot. Building one (every `--snapshot-count` applied
+//! entries) syncs the store's WAL and reports the applied log id: raft purges its log
+//! only up to a snapshot it was told of, so the store on disk must never be behind one,
+//! even after a power loss (the store's writes are not synced one by one; the raft log
+//! is the durable record). Nothing is copied or flushed: a flush per snapshot left a
+//! small L0 file in every column family, and the compactions they caused grew into
+//! most of a member's CPU as the store filled (docs/benchmarks.md, issue 20's seventh
+//! step).
+//!
+//! Only when raft asks for the current snapshot to send it to a follower behind the
+//! purged log is the store exported, as of that moment, to the transfer file
+//! `snapshot-<id>.snap`: the magic `QKSNAP01`, a length-prefixed JSON header (the raft
+//! snapshot meta: last log id and membership), then `(column family, key, value)`
+//! records and an end marker. A snapshot received from the leader is kept as such a
+//! file and installed record by record, so that neither side ever holds a snapshot
+//! whole in memory. This module owns that format and which snapshot is current; it
+//! never talks to the network.
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use quantykube_raft::SnapshotMeta;
-use rocksdb::checkpoint::Checkpoint;
-use rocksdb::{IteratorMode, Options, ReadOptions, WriteBatch, DB};
+use rocksdb::{IteratorMode, ReadOptions, WriteBatch};
 
 use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_LATEST, CF_LEASE, CF_META};
 
@@ -29,13 +33,15 @@ const END: u8 = 0xFF;
 /// last, so that files written before them still read).
 const CARRIED: [&str; 5] = [CF_KV, CF_HISTORY, CF_META, CF_LATEST, CF_LEASE];
 const INSTALL_BATCH_BYTES: usize = 4 << 20;
-const CHECKPOINT_PREFIX: &str = "checkpoint-";
 const SNAPSHOT_EXTENSION: &str = "snap";
-/// Where a checkpoint is taken before its log id (its name) is known.
-const CHECKPOINT_STAGING: &str = "checkpoint.staging";
+/// Where an export is written before its log id (its name) is known.
+const EXPORT_STAGING: &str = "export.tmp";
+/// What builds before this design left in the snapshot directory: RocksDB checkpoints,
+/// removed at the first build.
+const OLD_CHECKPOINT_PREFIX: &str = "checkpoint-";
 
 /// A snapshot and the raft position it captures. `path` is its transfer file, which
-/// [`latest_snapshot`] writes on first use when the snapshot is a checkpoint.
+/// exists once the snapshot was received or exported for a send.
 #[derive(Clone, Debug)]
 pub struct SnapshotInfo {
     pub meta: SnapshotMeta,
@@ -86,44 +92,58 @@ fn remove_any(path: &Path) -> io::Result<()> {
     }
 }
 
-/// A checkpoint opened read-only: the store as it was when the checkpoint was taken.
-fn open_checkpoint(path: &Path) -> Result<RevisionStore, StoreError> {
-    let opts = Options::default();
-    let families = DB::list_cf(&opts, path)?;
-    let db = DB::open_cf_for_read_only(&opts, path, families, false)?;
-    RevisionStore::new(Arc::new(db))
-}
-
 impl RevisionStore {
-    /// Captures the store as of now as a checkpoint in `dir`, and removes the snapshots
-    /// it supersedes. The returned transfer file is written when first asked for.
+    /// Records a snapshot of the store as of now: the store itself is the snapshot, so
+    /// this only makes it durable up to its applied log id (the position returned) and
+    /// removes the transfer files that position supersedes. The returned path is
+    /// written when a send first asks for it.
     pub fn build_snapshot(&self, dir: &Path) -> Result<SnapshotInfo, StoreError> {
         std::fs::create_dir_all(dir)?;
-        let staging = dir.join(CHECKPOINT_STAGING);
-        remove_any(&staging)?;
-        // `create_checkpoint` flushes the memtables first (log size for flush 0), so the
-        // store on disk is never behind its checkpoint, even after a crash: which is why
-        // only a send to a follower ever needs the checkpoint's data (`latest_snapshot`).
-        Checkpoint::new(&self.db)?.create_checkpoint(&staging)?;
-        // Apply goes on while the checkpoint is taken: its own meta says what it holds.
-        let meta = open_checkpoint(&staging)?.snapshot_meta()?;
-        let checkpoint = dir.join(format!("{CHECKPOINT_PREFIX}{}", snapshot_id(&meta)));
-        if checkpoint.exists() {
-            // Nothing was applied since the last snapshot: that one stands.
-            remove_any(&staging)?;
-        } else {
-            std::fs::rename(&staging, &checkpoint)?;
-            sync_dir(dir)?;
-        }
+        let meta = self.durable_snapshot_meta()?;
         let path = transfer_file(dir, &meta);
-        remove_other_snapshots(dir, &[&checkpoint, &path]);
-        tracing::info!(path = %checkpoint.display(), "built snapshot (checkpoint)");
+        remove_superseded_snapshots(dir, &meta);
+        tracing::debug!(snapshot = %snapshot_id(&meta), "built snapshot (store synced)");
         Ok(SnapshotInfo { meta, path })
     }
 
-    /// The raft position of this store's data.
-    fn snapshot_meta(&self) -> Result<SnapshotMeta, StoreError> {
-        self.snapshot_meta_at(&self.db.snapshot())
+    /// The current snapshot: the newest of the transfer files in `dir` and the store.
+    ///
+    /// Without `export` (openraft asks while it starts, for the position only), a file
+    /// wins only when it is ahead of the store: a received snapshot whose install a
+    /// crash cut short, which openraft then installs again. With `export` (a send to a
+    /// follower), the newest file is sent if there is one, and otherwise the store is
+    /// exported to a new one. Any file is recent enough: every build removes the files
+    /// behind it, so a file left is at or past the last snapshot raft was told of, and
+    /// the entries after it are still in the log.
+    pub fn current_snapshot(
+        &self,
+        dir: &Path,
+        export: bool,
+    ) -> Result<Option<SnapshotInfo>, StoreError> {
+        let newest_file = newest_transfer_file(dir)?;
+        if export {
+            return match newest_file {
+                Some(file) => Ok(Some(file)),
+                None => self.export_snapshot(dir),
+            };
+        }
+        let store = self.durable_snapshot_meta()?;
+        Ok(match newest_file {
+            Some(file) if file.meta.last_log_id >= store.last_log_id => Some(file),
+            _ if store.last_log_id.is_none() => None,
+            _ => Some(SnapshotInfo {
+                path: transfer_file(dir, &store),
+                meta: store,
+            }),
+        })
+    }
+
+    /// The store's raft position, synced to disk before it is reported: everything
+    /// applied up to it is in the WAL, which the sync makes durable.
+    fn durable_snapshot_meta(&self) -> Result<SnapshotMeta, StoreError> {
+        let meta = self.snapshot_meta_at(&self.db.snapshot())?;
+        self.db.flush_wal(true)?;
+        Ok(meta)
     }
 
     fn snapshot_meta_at(
@@ -137,14 +157,19 @@ impl RevisionStore {
         })
     }
 
-    /// Writes the store, as of now, to the transfer file `path` (through a temporary
-    /// file, so that `path` is complete whenever it exists).
-    fn export_snapshot(&self, path: &Path) -> Result<SnapshotMeta, StoreError> {
+    /// Writes the store, as of now, to its transfer file in `dir` (through a staging
+    /// file, so that a transfer file is complete whenever it exists). A store that has
+    /// applied nothing has no snapshot.
+    fn export_snapshot(&self, dir: &Path) -> Result<Option<SnapshotInfo>, StoreError> {
+        std::fs::create_dir_all(dir)?;
         let snapshot = self.db.snapshot();
         // The raft position must match the data exactly: read both from one snapshot.
         let meta = self.snapshot_meta_at(&snapshot)?;
-        let tmp_path = path.with_extension("tmp");
-        let mut out = BufWriter::new(File::create(&tmp_path)?);
+        if meta.last_log_id.is_none() {
+            return Ok(None);
+        }
+        let staging = dir.join(EXPORT_STAGING);
+        let mut out = BufWriter::new(File::create(&staging)?);
         out.write_all(MAGIC)?;
         let header = serde_json::to_vec(&meta).map_err(|e| StoreError::corrupt(e.to_string()))?;
         write_chunk(&mut out, &header)?;
@@ -164,9 +189,11 @@ impl RevisionStore {
         out.write_all(&[END])?;
         let file = out.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
-        std::fs::rename(&tmp_path, path)?;
+        let path = transfer_file(dir, &meta);
+        std::fs::rename(&staging, &path)?;
+        sync_dir(dir)?;
         tracing::info!(path = %path.display(), "exported snapshot for transfer");
-        Ok(meta)
+        Ok(Some(SnapshotInfo { meta, path }))
     }
 
     /// Replaces the whole store with the snapshot in `path`.
@@ -257,74 +284,58 @@ fn read_header(input: &mut impl Read) -> Result<SnapshotMeta, StoreError> {
     serde_json::from_slice(&header).map_err(|e| StoreError::corrupt(e.to_string()))
 }
 
-/// The current snapshot in `dir`: the newest checkpoint or received file. With `export`,
-/// a checkpoint is exported to its transfer file first, unless that file exists; without
-/// it, only the meta is right and the returned path may not exist yet. A checkpoint is
-/// never ahead of the store it was taken from, so only a send needs its file.
-pub fn latest_snapshot(dir: &Path, export: bool) -> Result<Option<SnapshotInfo>, StoreError> {
+/// The newest complete transfer file in `dir`, received or exported.
+fn newest_transfer_file(dir: &Path) -> Result<Option<SnapshotInfo>, StoreError> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(None);
     };
-    // (meta, transfer file, checkpoint to export it from if the file is missing)
-    let mut best: Option<(SnapshotMeta, PathBuf, Option<PathBuf>)> = None;
-    // Newest first; at one position, the file, which needs no export.
-    let rank = |(meta, _, checkpoint): &(SnapshotMeta, PathBuf, Option<PathBuf>)| {
-        (meta.last_log_id, checkpoint.is_none())
-    };
+    let mut newest: Option<SnapshotInfo> = None;
     for entry in entries.flatten() {
         let path = entry.path();
-        let candidate = if is_transfer_file(&path) {
-            (read_snapshot_meta(&path)?, path, None)
-        } else if is_checkpoint(&path) {
-            let meta = open_checkpoint(&path)?.snapshot_meta()?;
-            let file = transfer_file(dir, &meta);
-            (meta, file, Some(path))
-        } else {
+        if !is_transfer_file(&path) {
             continue;
-        };
-        if best.as_ref().is_none_or(|b| rank(b) < rank(&candidate)) {
-            best = Some(candidate);
+        }
+        let meta = read_snapshot_meta(&path)?;
+        if newest
+            .as_ref()
+            .is_none_or(|n| n.meta.last_log_id < meta.last_log_id)
+        {
+            newest = Some(SnapshotInfo { meta, path });
         }
     }
-    let Some((meta, path, checkpoint)) = best else {
-        return Ok(None);
-    };
-    if let (Some(checkpoint), true) = (checkpoint, export) {
-        if !path.exists() {
-            open_checkpoint(&checkpoint)?.export_snapshot(&path)?;
-        }
-    }
-    Ok(Some(SnapshotInfo { meta, path }))
+    Ok(newest)
 }
 
 fn is_transfer_file(path: &Path) -> bool {
     path.extension().and_then(|e| e.to_str()) == Some(SNAPSHOT_EXTENSION)
 }
 
-fn is_checkpoint(path: &Path) -> bool {
-    path.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with(CHECKPOINT_PREFIX))
-        && path.is_dir()
-}
-
-/// What a crash left half-written: an export's `*.tmp`, the checkpoint staging dir.
+/// What a crash left half-written (an export's or a receive's `*.tmp`), and the
+/// checkpoints of builds before this design.
 fn is_leftover(path: &Path) -> bool {
     path.extension().and_then(|e| e.to_str()) == Some("tmp")
-        || path.file_name().and_then(|n| n.to_str()) == Some(CHECKPOINT_STAGING)
+        || path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(OLD_CHECKPOINT_PREFIX))
 }
 
-/// Older snapshots are superseded; a follower still streaming one keeps its open file.
-/// Runs under the state machine's snapshot lock, so nothing here is being written.
-fn remove_other_snapshots(dir: &Path, keep: &[&Path]) {
+/// Removes the transfer files behind `current` and the leftovers; a follower still
+/// streaming one keeps its open file. Runs under the state machine's snapshot lock, so
+/// nothing here is being written.
+fn remove_superseded_snapshots(dir: &Path, current: &SnapshotMeta) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        if keep.contains(&path.as_path())
-            || !(is_transfer_file(&path) || is_checkpoint(&path) || is_leftover(&path))
-        {
+        let superseded = if is_transfer_file(&path) {
+            // An unreadable header is a file no one can send or install.
+            read_snapshot_meta(&path).map_or(true, |m| m.last_log_id < current.last_log_id)
+        } else {
+            is_leftover(&path)
+        };
+        if !superseded {
             continue;
         }
         if let Err(error) = remove_any(&path) {
@@ -347,6 +358,6 @@ pub fn keep_received_snapshot(dir: &Path, received: &Path) -> Result<PathBuf, St
         }
         sync_dir(dir)?;
     }
-    remove_other_snapshots(dir, &[&target]);
+    remove_superseded_snapshots(dir, &meta);
     Ok(target)
 }

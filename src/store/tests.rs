@@ -489,21 +489,25 @@ fn a_snapshot_reproduces_the_store() {
     h.delete("a", "");
     let dir = tempfile::tempdir().unwrap();
     let info = h.store.build_snapshot(dir.path()).unwrap();
-    // Building takes a checkpoint only; the transfer file is written when asked for.
+    // Building copies nothing; the transfer file is written when a send asks for it.
     assert!(!info.path.exists());
-    // Writes after the build are not in the snapshot.
+    // Asked for its position only (as at startup), the store is not copied either.
+    let position = h
+        .store
+        .current_snapshot(dir.path(), false)
+        .unwrap()
+        .unwrap();
+    assert_eq!((&position.path, &position.meta), (&info.path, &info.meta));
+    assert!(!info.path.exists());
+    // A send exports the store as it is then, writes after the build included.
     h.put("c", "3");
-    // Asked for its meta only (as at startup), the checkpoint is not copied.
-    let meta_only = latest_snapshot(dir.path(), false).unwrap().unwrap();
-    assert_eq!((&meta_only.path, &meta_only.meta), (&info.path, &info.meta));
-    assert!(!info.path.exists());
-    let exported = latest_snapshot(dir.path(), true).unwrap().unwrap();
-    assert_eq!(exported.path, info.path);
-    assert_eq!(exported.meta, info.meta);
+    let exported = h.store.current_snapshot(dir.path(), true).unwrap().unwrap();
+    assert!(exported.path.exists());
+    assert!(exported.meta.last_log_id > info.meta.last_log_id);
     let other = Harness::new();
-    other.store.install_snapshot(&info.path).unwrap();
-    assert!(other.get("c").is_none());
-    assert_eq!(other.store.current_revision().unwrap(), 4);
+    other.store.install_snapshot(&exported.path).unwrap();
+    assert_eq!(other.get("c").unwrap().value, b("3"));
+    assert_eq!(other.store.current_revision().unwrap(), 5);
     assert_eq!(other.get("b").unwrap().mod_revision, 3);
     assert_eq!(
         other
@@ -517,53 +521,91 @@ fn a_snapshot_reproduces_the_store() {
             .value,
         b("1")
     );
+    // The next send takes that file again rather than exporting anew.
+    h.put("d", "4");
     assert_eq!(
-        latest_snapshot(dir.path(), true).unwrap().unwrap().path,
-        info.path
+        h.store
+            .current_snapshot(dir.path(), true)
+            .unwrap()
+            .unwrap()
+            .path,
+        exported.path
     );
 }
 
+fn file_names(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect()
+}
+
 #[test]
-fn a_new_snapshot_supersedes_older_checkpoints_and_files() {
+fn a_build_removes_the_files_behind_it_and_what_crashes_left() {
     let mut h = Harness::new();
     let dir = tempfile::tempdir().unwrap();
     h.put("a", "1");
-    let first = h.store.build_snapshot(dir.path()).unwrap();
-    latest_snapshot(dir.path(), true).unwrap().unwrap();
+    h.store.build_snapshot(dir.path()).unwrap();
+    let first = h.store.current_snapshot(dir.path(), true).unwrap().unwrap();
     assert!(first.path.exists());
     h.put("b", "2");
-    // What a crash in the middle of an export leaves behind.
-    std::fs::write(dir.path().join("snapshot-T1-N1-1.tmp"), b"half").unwrap();
+    // What a crash in the middle of an export leaves, and an older build's checkpoint.
+    std::fs::write(dir.path().join("export.tmp"), b"half").unwrap();
+    let old_checkpoint = dir.path().join("checkpoint-T1-N1-1");
+    std::fs::create_dir(&old_checkpoint).unwrap();
+    std::fs::write(old_checkpoint.join("CURRENT"), b"MANIFEST-000001").unwrap();
     let second = h.store.build_snapshot(dir.path()).unwrap();
     assert!(second.meta.last_log_id > first.meta.last_log_id);
-    // One checkpoint is left, and no transfer file of the first.
-    let names: Vec<String> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    assert_eq!(names.len(), 1, "{names:?}");
-    assert!(names[0].starts_with("checkpoint-"), "{names:?}");
-    // Building again with nothing applied in between keeps the same snapshot.
+    assert_eq!(file_names(dir.path()), Vec::<String>::new());
+    // Building again with nothing applied in between gives the same position, and a
+    // send exports the store at it.
     let again = h.store.build_snapshot(dir.path()).unwrap();
     assert_eq!(again.meta, second.meta);
+    let exported = h.store.current_snapshot(dir.path(), true).unwrap().unwrap();
     assert_eq!(
-        latest_snapshot(dir.path(), true).unwrap().unwrap().meta,
-        second.meta
+        (&exported.path, &exported.meta),
+        (&second.path, &second.meta)
     );
 
-    // A newer snapshot received from a leader replaces the checkpoint.
+    // A newer snapshot received from a leader becomes current, and the file behind it
+    // goes.
     let mut leader = Harness::new();
     for key in ["x", "y", "z", "w"] {
         leader.put(key, "v");
     }
     let leader_dir = tempfile::tempdir().unwrap();
     leader.store.build_snapshot(leader_dir.path()).unwrap();
-    let received = latest_snapshot(leader_dir.path(), true).unwrap().unwrap();
+    let received = leader
+        .store
+        .current_snapshot(leader_dir.path(), true)
+        .unwrap()
+        .unwrap();
     let current = keep_received_snapshot(dir.path(), &received.path).unwrap();
-    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
-    assert_eq!(names.len(), 1);
-    let latest = latest_snapshot(dir.path(), true).unwrap().unwrap();
+    assert_eq!(file_names(dir.path()).len(), 1);
+    // Until it is installed it is ahead of the store: a restart now installs it.
+    let latest = h
+        .store
+        .current_snapshot(dir.path(), false)
+        .unwrap()
+        .unwrap();
     assert_eq!((latest.path, latest.meta), (current, received.meta));
+}
+
+#[test]
+fn a_store_that_applied_nothing_has_no_snapshot() {
+    let h = Harness::new();
+    let dir = tempfile::tempdir().unwrap();
+    assert!(h
+        .store
+        .current_snapshot(dir.path(), false)
+        .unwrap()
+        .is_none());
+    assert!(h
+        .store
+        .current_snapshot(dir.path(), true)
+        .unwrap()
+        .is_none());
+    assert_eq!(file_names(dir.path()), Vec::<String>::new());
 }
 
 #[test]
@@ -572,7 +614,11 @@ fn an_install_cut_short_claims_nothing_applied_and_keeps_the_snapshot_current() 
     h.put("a", "1");
     let source_dir = tempfile::tempdir().unwrap();
     h.store.build_snapshot(source_dir.path()).unwrap();
-    let info = latest_snapshot(source_dir.path(), true).unwrap().unwrap();
+    let info = h
+        .store
+        .current_snapshot(source_dir.path(), true)
+        .unwrap()
+        .unwrap();
 
     let mut target = Harness::new();
     target.put("old", "x");
@@ -580,7 +626,9 @@ fn an_install_cut_short_claims_nothing_applied_and_keeps_the_snapshot_current() 
     let target_dir = tempfile::tempdir().unwrap();
     let current = keep_received_snapshot(target_dir.path(), &info.path).unwrap();
     assert_eq!(
-        latest_snapshot(target_dir.path(), true)
+        target
+            .store
+            .current_snapshot(target_dir.path(), true)
             .unwrap()
             .unwrap()
             .path,
@@ -592,6 +640,12 @@ fn an_install_cut_short_claims_nothing_applied_and_keeps_the_snapshot_current() 
     meta::stage_forget_applied(&target.store, &mut forget).unwrap();
     target.store.db.write(forget).unwrap();
     assert!(read_applied(&target.store).unwrap().last_applied.is_none());
+    let at_restart = target
+        .store
+        .current_snapshot(target_dir.path(), false)
+        .unwrap()
+        .unwrap();
+    assert_eq!(at_restart.path, current);
 
     let installed = target.store.install_snapshot(&current).unwrap();
     assert_eq!(target.get("a").unwrap().value, b("1"));
@@ -1257,7 +1311,7 @@ fn leases_travel_in_snapshots_and_grants_apply_in_batches() {
 
     let dir = tempfile::tempdir().unwrap();
     let info = h.store.build_snapshot(dir.path()).unwrap();
-    let exported = latest_snapshot(dir.path(), true).unwrap().unwrap();
+    let exported = h.store.current_snapshot(dir.path(), true).unwrap().unwrap();
     let other = Harness::new();
     other.store.install_snapshot(&exported.path).unwrap();
     assert_eq!(other.store.lease(3).unwrap().unwrap().ttl, 60);
