@@ -54,6 +54,11 @@ const MEMBERSHIP_PERCENT: u64 = 25;
 /// workload instead of the others.
 pub const AUTH_PERCENT: u64 = 12;
 
+/// Seeds (in a hundred) whose members take a raft snapshot every few dozen entries, so
+/// that a member cut off or restarted falls behind the purged log and catches up by a
+/// snapshot sent while the clients read and watch.
+const RAFT_SNAPSHOT_PERCENT: u64 = 30;
+
 /// The members' `--bcrypt-cost` in auth seeds: etcd's minimum, so that logins cost
 /// little real time.
 const BCRYPT_COST: &str = "4";
@@ -130,6 +135,8 @@ pub struct Scenario {
     pub membership: Vec<MembershipStep>,
     /// If set, the seed runs the auth workload instead of the other clients.
     pub auth: Option<AuthPlan>,
+    /// If set, the members' `--snapshot-count` (etcd's default otherwise).
+    pub raft_snapshot_count: Option<u64>,
     /// The server bugs the run steps around (see [`KnownIssues`]).
     pub known: KnownIssues,
     /// Where members keep their data (default: `/dev/shm` if it exists, so fsyncs
@@ -170,6 +177,8 @@ impl Scenario {
             users: rng.below(2..4) as usize,
             episodes: rng.below(3..6) as usize,
         });
+        // And again.
+        let raft_snapshot_count = rng.percent(RAFT_SNAPSHOT_PERCENT).then(|| rng.below(5..30));
         Scenario {
             seed,
             plan,
@@ -179,6 +188,7 @@ impl Scenario {
             leases,
             membership,
             auth,
+            raft_snapshot_count,
             known: KnownIssues::of_this_server(),
             data_root: default_data_root(),
         }
@@ -268,6 +278,9 @@ impl Scenario {
             ));
         if self.auth.is_some() {
             builder = builder.flag(format!("--bcrypt-cost={BCRYPT_COST}"));
+        }
+        if let Some(count) = self.raft_snapshot_count {
+            builder = builder.flag(format!("--snapshot-count={count}"));
         }
         if let Some(root) = &self.data_root {
             builder = builder.data_root(root);

@@ -133,6 +133,19 @@ fn ci_set_runs_auth_in_a_few_seeds() {
     assert!((2..=10).contains(&with.len()), "auth seeds: {with:?}");
 }
 
+/// Some seeds of the set take raft snapshots every few dozen entries, with and without
+/// a membership client, so that members behind the purged log catch up by snapshot.
+#[test]
+fn ci_set_takes_raft_snapshots_in_some_seeds() {
+    let with: Vec<Scenario> = (1..=CI_SEEDS)
+        .map(Scenario::from_seed)
+        .filter(|s| s.raft_snapshot_count.is_some())
+        .collect();
+    assert!((10..=30).contains(&with.len()), "{} seeds", with.len());
+    assert!(with.iter().any(|s| !s.membership.is_empty()));
+    assert!(with.iter().any(|s| s.membership.is_empty()));
+}
+
 /// Some seeds of the set change the membership, planning every kind of change.
 #[test]
 fn ci_set_changes_the_membership_in_every_way() {
