@@ -29,8 +29,8 @@ use std::time::Duration;
 use rocksdb::{ReadOptions, WriteBatch};
 
 use super::encoding::{
-    after_all_versions, escape_key, history_key, split_version_key, version_key, HistoryEntry,
-    StoredVersion,
+    after_all_versions, escape_key, history_key, split_history_key, split_version_key, version_key,
+    HistoryEntry, StoredVersion,
 };
 use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV};
 use crate::offload::Offload;
@@ -188,68 +188,99 @@ async fn catch_up(store: &Arc<RevisionStore>, offload: Offload) -> Result<(), Wo
     Ok(())
 }
 
+/// Deletes, for each of a step's keys (sorted), the versions older than the one live
+/// at `to` (and that one when it is a deletion), with their history entries.
+///
+/// One iterator per column family serves the whole step. A step's keys are sorted, so
+/// the `kv` seeks go forward through the files the iterator already opened; an
+/// iterator per key opened every L0 file of `kv` again (up to 16 since the sixth step
+/// of issue 20), which was most of a member's compaction CPU under sustained puts
+/// (docs/benchmarks.md, issue 20's eighth step).
 fn drop_old_versions(
     store: &RevisionStore,
     keys: &BTreeSet<Vec<u8>>,
     to: i64,
 ) -> Result<(), StoreError> {
+    let Some(last) = keys.last() else {
+        return Ok(());
+    };
     let kv = store.cf(CF_KV)?;
+    let mut opts = ReadOptions::default();
+    opts.set_iterate_upper_bound(after_all_versions(&escape_key(last)));
+    let mut versions = store.db.raw_iterator_cf_opt(kv, opts);
+    let mut events = EventFinder::new(store)?;
     let mut batch = WriteBatch::default();
     let mut deleted_bytes = 0u64;
     for key in keys {
         let escaped = escape_key(key);
-        let mut opts = ReadOptions::default();
-        opts.set_iterate_upper_bound(after_all_versions(&escaped));
-        let mut it = store.db.raw_iterator_cf_opt(kv, opts);
-        it.seek(version_key(&escaped, to));
-        // The first entry is the version live at `to`: keep it unless it is a deletion.
-        let keep = match (it.key(), it.value()) {
-            (Some(_), Some(value)) => !StoredVersion::is_tombstone(value),
-            _ => continue,
-        };
-        if keep {
-            it.next();
-        }
-        while let Some(raw) = it.key() {
-            let (_, revision) = split_version_key(raw)?;
-            deleted_bytes += (raw.len() + it.value().map_or(0, <[u8]>::len)) as u64;
-            batch.delete_cf(kv, raw);
-            // The compacted revision's own events stay (see the module doc).
-            if revision < to {
-                deleted_bytes += stage_event_removal(store, &mut batch, revision, key)?;
+        versions.seek(version_key(&escaped, to));
+        let mut live_at_to = true;
+        while let (Some(raw), Some(value)) = (versions.key(), versions.value()) {
+            let (owner, revision) = split_version_key(raw)?;
+            if owner != escaped.as_slice() {
+                break;
             }
-            it.next();
+            // The first entry is the version live at `to`: keep it unless it is a deletion.
+            let keep = std::mem::take(&mut live_at_to) && !StoredVersion::is_tombstone(value);
+            if !keep {
+                deleted_bytes += (raw.len() + value.len()) as u64;
+                batch.delete_cf(kv, raw);
+                // The compacted revision's own events stay (see the module doc).
+                if revision < to {
+                    deleted_bytes += events.stage_removal(&mut batch, revision, key)?;
+                }
+            }
+            versions.next();
         }
-        it.status()?;
+        versions.status()?;
     }
     store.db.write(batch)?;
     store.note_reclaimable(deleted_bytes);
     Ok(())
 }
 
-/// Stages the removal of `key`'s history entries at `revision` (among the few changes
-/// of that revision: a transaction's), and answers how many bytes they held.
-fn stage_event_removal(
-    store: &RevisionStore,
-    batch: &mut WriteBatch,
-    revision: i64,
-    key: &[u8],
-) -> Result<u64, StoreError> {
-    let mut removed = 0u64;
-    let history = store.cf(CF_HISTORY)?;
-    let mut opts = ReadOptions::default();
-    opts.set_iterate_upper_bound(history_key(revision + 1, 0).to_vec());
-    let mut it = store.db.raw_iterator_cf_opt(history, opts);
-    it.seek(history_key(revision, 0));
-    while let (Some(raw_key), Some(raw)) = (it.key(), it.value()) {
-        if HistoryEntry::decode(raw)?.key == key {
-            removed += (raw_key.len() + raw.len()) as u64;
-            batch.delete_cf(history, raw_key);
-        }
-        it.next();
+/// Finds the history entries of deleted versions, through one `history` iterator for a
+/// whole step.
+///
+/// Every stored version below the compacted revision has exactly one history entry
+/// (one change per key per revision: etcd refuses a transaction that writes a key
+/// twice), and a step deletes both in one batch. So a search stops at the entry it
+/// finds, and never walks past its revision into entries deleted before, which a
+/// reused iterator (with no bound at that revision) would have to skip one by one.
+struct EventFinder<'a> {
+    history: &'a rocksdb::ColumnFamily,
+    it: rocksdb::DBRawIterator<'a>,
+}
+
+impl<'a> EventFinder<'a> {
+    fn new(store: &'a RevisionStore) -> Result<Self, StoreError> {
+        let history = store.cf(CF_HISTORY)?;
+        let it = store.db.raw_iterator_cf(history);
+        Ok(Self { history, it })
     }
-    it.status()?;
-    Ok(removed)
+
+    /// Stages the removal of `key`'s history entry at `revision`, and answers how many
+    /// bytes it held.
+    fn stage_removal(
+        &mut self,
+        batch: &mut WriteBatch,
+        revision: i64,
+        key: &[u8],
+    ) -> Result<u64, StoreError> {
+        self.it.seek(history_key(revision, 0));
+        while let (Some(raw_key), Some(raw)) = (self.it.key(), self.it.value()) {
+            if split_history_key(raw_key)?.0 != revision {
+                break;
+            }
+            if HistoryEntry::decode(raw)?.key == key {
+                batch.delete_cf(self.history, raw_key);
+                return Ok((raw_key.len() + raw.len()) as u64);
+            }
+            self.it.next();
+        }
+        self.it.status()?;
+        Ok(0)
+    }
 }
 
 /// Stages the removal of the events the previous compaction (to `revision`) kept for
