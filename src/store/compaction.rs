@@ -191,11 +191,12 @@ async fn catch_up(store: &Arc<RevisionStore>, offload: Offload) -> Result<(), Wo
 /// Deletes, for each of a step's keys (sorted), the versions older than the one live
 /// at `to` (and that one when it is a deletion), with their history entries.
 ///
-/// One iterator per column family serves the whole step. A step's keys are sorted, so
-/// the `kv` seeks go forward through the files the iterator already opened; an
-/// iterator per key opened every L0 file of `kv` again (up to 16 since the sixth step
-/// of issue 20), which was most of a member's compaction CPU under sustained puts
-/// (docs/benchmarks.md, issue 20's eighth step).
+/// One iterator per column family serves the whole step (an iterator per key opened
+/// every L0 file of `kv` again), and `kv`'s seeks read only the files whose filter has
+/// the key: with random keys every L0 file of `kv` (up to 16 since the sixth step of
+/// issue 20) covers the whole key space, and reading a block of each for every key was
+/// most of a member's compaction CPU under sustained puts (docs/benchmarks.md, issue
+/// 20's eighth step).
 fn drop_old_versions(
     store: &RevisionStore,
     keys: &BTreeSet<Vec<u8>>,
@@ -205,7 +206,11 @@ fn drop_old_versions(
         return Ok(());
     };
     let kv = store.cf(CF_KV)?;
+    // Prefix seeks, the one `kv` iterator without total order: each seek consults the
+    // files' filters of user keys and skips those without this key, and iteration ends
+    // with the key's last version (see `with_owner_filter` in mod.rs).
     let mut opts = ReadOptions::default();
+    opts.set_prefix_same_as_start(true);
     opts.set_iterate_upper_bound(after_all_versions(&escape_key(last)));
     let mut versions = store.db.raw_iterator_cf_opt(kv, opts);
     let mut events = EventFinder::new(store)?;

@@ -188,6 +188,27 @@ pub fn after_all_versions(escaped: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Whether `raw` is a whole `kv` key (an escaped user key and a revision), as opposed
+/// to a bound or seek target made of an escaped key alone or followed by `0xFF`s:
+/// `kv`'s prefix filter covers exactly these keys (see [`version_key_owner`]).
+pub fn is_version_key(raw: &[u8]) -> bool {
+    raw.len() >= REVISION_LEN + 2
+        && raw[raw.len() - REVISION_LEN - 2..raw.len() - REVISION_LEN] == [ESCAPE, TERMINATOR]
+}
+
+/// The escaped user key that a whole `kv` key belongs to: the prefix RocksDB's filter
+/// on `kv` records, so that looking up one key's versions skips the files that hold
+/// none. Escaping leaves `ESCAPE TERMINATOR` only at the end of an escaped key, which
+/// [`is_version_key`] checks; other keys are returned whole (RocksDB asks only for keys
+/// in the domain).
+pub fn version_key_owner(raw: &[u8]) -> &[u8] {
+    if is_version_key(raw) {
+        &raw[..raw.len() - REVISION_LEN]
+    } else {
+        raw
+    }
+}
+
 /// Splits a `kv` key into its escaped user key and its revision.
 pub fn split_version_key(raw: &[u8]) -> Result<(&[u8], i64), StoreError> {
     if raw.len() < REVISION_LEN + 2 {
@@ -407,6 +428,31 @@ mod tests {
         assert!(k5 < after_all_versions(&a));
         assert!(after_all_versions(&a) < version_key(&a0, i64::MAX));
         assert_eq!(split_version_key(&k5).unwrap(), (a.as_slice(), 5));
+    }
+
+    #[test]
+    fn only_whole_version_keys_have_an_owner_prefix() {
+        // Keys whose bytes, escaped, end in what looks like a revision: zeros, ones,
+        // 0xFF, and the escape pair itself.
+        let users: [&[u8]; 6] = [
+            b"",
+            b"\0",
+            b"\0\x01\0\x01",
+            &[0xFF; 12],
+            b"abcdefgh\0\x01",
+            b"k",
+        ];
+        for user in users {
+            let escaped = escape_key(user);
+            assert!(!is_version_key(&escaped), "{user:?}");
+            assert!(!is_version_key(&after_all_versions(&escaped)), "{user:?}");
+            for revision in [0, 1, 256, i64::MAX] {
+                let key = version_key(&escaped, revision);
+                assert!(is_version_key(&key), "{user:?} at {revision}");
+                assert_eq!(version_key_owner(&key), escaped.as_slice());
+            }
+        }
+        assert!(!is_version_key(b"\0\x01"));
     }
 
     #[test]

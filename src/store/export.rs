@@ -93,7 +93,7 @@ impl<'a> Export<'a> {
     }
 
     fn read_options(&self, upper: Option<Vec<u8>>) -> ReadOptions {
-        let mut opts = ReadOptions::default();
+        let mut opts = super::total_order();
         opts.set_snapshot(&self.snapshot);
         if let Some(upper) = upper {
             opts.set_iterate_upper_bound(upper);

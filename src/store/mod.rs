@@ -120,11 +120,47 @@ pub fn open_database(path: &std::path::Path, extra_cfs: &[&str]) -> Result<Arc<D
                 versions.set_level_zero_file_num_compaction_trigger(L0_FILES_BEFORE_COMPACTION);
                 versions.set_level_zero_slowdown_writes_trigger(L0_FILES_BEFORE_COMPACTION * 3);
                 versions.set_level_zero_stop_writes_trigger(L0_FILES_BEFORE_COMPACTION * 4);
+                if *name == CF_KV {
+                    with_owner_filter(&mut versions);
+                }
                 ColumnFamilyDescriptor::new(*name, versions)
             }
             _ => ColumnFamilyDescriptor::new(*name, opts.clone()),
         });
     Ok(Arc::new(DB::open_cf_descriptors(&opts, path, cfs)?))
+}
+
+/// Gives `kv` a bloom filter of each file's user keys (the escaped key before the
+/// revision), so that a seek to one key's versions skips the files that hold none.
+/// Physical compaction makes such a seek for about every put, and with random keys every
+/// L0 file covers the whole key space: without the filter each seek read and
+/// decompressed a block from each of up to 16 L0 files, most of a member's CPU under
+/// sustained puts (docs/benchmarks.md, issue 20's eighth step).
+///
+/// RocksDB applies such a filter to any iterator that does not ask for total order, and
+/// a scan across keys that seeks to a version key would then miss the files lacking that
+/// key: every `kv` iterator other than compaction's sets `total_order_seek`
+/// ([`total_order`]). Files written before the filter existed are read without it.
+fn with_owner_filter(kv: &mut Options) {
+    kv.set_prefix_extractor(rocksdb::SliceTransform::create(
+        "quantykube.kv.owner",
+        encoding::version_key_owner,
+        Some(encoding::is_version_key),
+    ));
+    let mut table = BlockBasedOptions::default();
+    table.set_bloom_filter(10.0, false);
+    // Only the prefixes: `kv`'s one point lookup (a version written at a known
+    // revision) finds its key's prefix in the filter as well.
+    table.set_whole_key_filtering(false);
+    kv.set_block_based_table_factory(&table);
+}
+
+/// Read options for an iterator that may cross user keys in `kv`: total order, so that
+/// `kv`'s prefix filter never hides a file ([`with_owner_filter`]).
+pub(crate) fn total_order() -> rocksdb::ReadOptions {
+    let mut opts = rocksdb::ReadOptions::default();
+    opts.set_total_order_seek(true);
+    opts
 }
 
 /// etcd's MVCC store over one node's RocksDB.

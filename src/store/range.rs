@@ -65,7 +65,7 @@ impl<'a> Reader<'a> {
     }
 
     fn read_options(&self, upper: Option<Vec<u8>>) -> ReadOptions {
-        let mut opts = ReadOptions::default();
+        let mut opts = super::total_order();
         if let Some(s) = self.snapshot {
             opts.set_snapshot(s);
         }

@@ -23,7 +23,7 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use quantykube_raft::SnapshotMeta;
-use rocksdb::{IteratorMode, ReadOptions, WriteBatch};
+use rocksdb::{IteratorMode, WriteBatch};
 
 use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_LATEST, CF_LEASE, CF_META};
 
@@ -174,7 +174,7 @@ impl RevisionStore {
         let header = serde_json::to_vec(&meta).map_err(|e| StoreError::corrupt(e.to_string()))?;
         write_chunk(&mut out, &header)?;
         for (tag, name) in CARRIED.iter().enumerate() {
-            let mut opts = ReadOptions::default();
+            let mut opts = super::total_order();
             opts.set_snapshot(&snapshot);
             let iter = self
                 .db
@@ -258,7 +258,7 @@ impl RevisionStore {
 
     pub(super) fn clear(&self, name: &str) -> Result<(), StoreError> {
         let cf = self.cf(name)?;
-        let mut it = self.db.raw_iterator_cf(cf);
+        let mut it = self.db.raw_iterator_cf_opt(cf, super::total_order());
         it.seek_to_last();
         if let Some(last) = it.key() {
             let mut end = last.to_vec();
