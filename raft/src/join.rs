@@ -127,11 +127,19 @@ fn not_a_member<T>() -> Result<tonic::Response<T>, tonic::Status> {
 #[tonic::async_trait]
 impl pb::peer_server::Peer for AwaitingBootstrap {
     type ProposeCommandsStream = crate::propose_stream::OutcomeStream;
+    type AppendEntriesStreamStream = crate::peer_server::AppendAnswers;
 
     async fn append_entries(
         &self,
         _: tonic::Request<pb::AppendEntriesRequest>,
     ) -> Result<tonic::Response<pb::AppendEntriesResponse>, tonic::Status> {
+        not_a_member()
+    }
+
+    async fn append_entries_stream(
+        &self,
+        _: tonic::Request<tonic::Streaming<pb::AppendEntriesStreamRequest>>,
+    ) -> Result<tonic::Response<Self::AppendEntriesStreamStream>, tonic::Status> {
         not_a_member()
     }
 

@@ -28,8 +28,10 @@ use openraft::raft::{
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RPCTypes, RaftNetworkV2, StorageError};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tonic::{Code, Status};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Status, Streaming};
 
 use crate::channels::{Lane, PeerChannels, PeerRpc, PooledChannel};
 use crate::codec;
@@ -70,6 +72,8 @@ impl PeerNetworkFactory {
             channels: self.channels.clone(),
             guard: self.guard.clone(),
             metrics: PeerMetrics::to(target),
+            append_stream: None,
+            append_stream_unsupported: false,
         }
     }
 }
@@ -91,7 +95,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
 }
 
 /// Sends raft RPCs to one peer. Dials lazily, through the shared pool.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct PeerConnection {
     local_id: NodeId,
     target: NodeId,
@@ -101,6 +105,22 @@ pub struct PeerConnection {
     guard: Arc<ClusterGuard>,
     /// This peer's series (etcd's `To` label), resolved once per connection.
     metrics: PeerMetrics,
+    /// The open `AppendEntriesStream`, between two AppendEntries. A call takes it out
+    /// and puts it back only once its answer came, so a call that failed or was
+    /// dropped half-way leaves none: the next call cannot read an answer meant for
+    /// another request.
+    append_stream: Option<AppendStream>,
+    /// The peer answered UNIMPLEMENTED (an older member, mid-upgrade): AppendEntries go
+    /// as unary calls for the rest of this connection's life.
+    append_stream_unsupported: bool,
+}
+
+/// One open `AppendEntriesStream` call to the peer.
+#[derive(Debug)]
+struct AppendStream {
+    channel: PooledChannel,
+    requests: mpsc::Sender<pb::AppendEntriesStreamRequest>,
+    answers: Streaming<pb::AppendEntriesStreamResponse>,
 }
 
 /// Why one unary call failed, before it is turned into openraft's error type.
@@ -123,21 +143,108 @@ impl PeerConnection {
         let remaining = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout_at(deadline, call(pooled.client(), remaining)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => {
+            Ok(Err(status)) => Err(self.refused(&pooled, &status)),
+            Err(_) => {
                 self.channels.discard(self.target, self.lane, &pooled);
-                if status.code() == Code::FailedPrecondition && status.message() == MEMBER_REMOVED {
-                    self.guard.note_removed_by_peer();
-                } else if status.message().starts_with(CLUSTER_ID_MISMATCH)
-                    || status.message().starts_with(MEMBER_ID_MISMATCH)
-                {
-                    tracing::warn!(
-                        target_id = %format!("{:x}", self.target),
-                        "request sent was ignored by peer ({})",
-                        status.message()
-                    );
-                }
-                Err(status_error(&status))
+                Err(CallError::Timeout(ttl))
             }
+        }
+    }
+
+    /// A call on `pooled` failed with `status`: the channel is discarded so that the
+    /// next call re-dials, and a refusal that concerns this member is acted on.
+    fn refused(&self, pooled: &PooledChannel, status: &Status) -> CallError {
+        self.channels.discard(self.target, self.lane, pooled);
+        if status.code() == Code::FailedPrecondition && status.message() == MEMBER_REMOVED {
+            self.guard.note_removed_by_peer();
+        } else if status.message().starts_with(CLUSTER_ID_MISMATCH)
+            || status.message().starts_with(MEMBER_ID_MISMATCH)
+        {
+            tracing::warn!(
+                target_id = %format!("{:x}", self.target),
+                "request sent was ignored by peer ({})",
+                status.message()
+            );
+        }
+        status_error(status)
+    }
+
+    /// Sends one encoded AppendEntries on this connection's stream, opening one if none
+    /// is open, and waits for its answer until `deadline`. `Ok(None)`: the peer does not
+    /// serve the stream, send it as a unary call.
+    async fn append_on_stream(
+        &mut self,
+        request: Bytes,
+        ttl: Duration,
+    ) -> Result<Option<Bytes>, CallError> {
+        let deadline = Instant::now() + ttl;
+        let mut stream = match self.append_stream.take() {
+            Some(stream) => stream,
+            None => match self.open_append_stream(deadline, ttl).await? {
+                Some(stream) => stream,
+                None => {
+                    self.append_stream_unsupported = true;
+                    return Ok(None);
+                }
+            },
+        };
+        // At most one request is outstanding, so the one-slot queue has room; a full or
+        // closed queue means the transport gave up on the stream.
+        if stream
+            .requests
+            .try_send(pb::AppendEntriesStreamRequest { request })
+            .is_err()
+        {
+            self.channels
+                .discard(self.target, self.lane, &stream.channel);
+            return Err(CallError::Network("append stream closed".to_owned()));
+        }
+        match tokio::time::timeout_at(deadline, stream.answers.message()).await {
+            Ok(Ok(Some(answer))) => {
+                self.append_stream = Some(stream);
+                Ok(Some(answer.response))
+            }
+            Ok(Ok(None)) => {
+                self.channels
+                    .discard(self.target, self.lane, &stream.channel);
+                Err(CallError::Network(
+                    "peer ended the append stream".to_owned(),
+                ))
+            }
+            Ok(Err(status)) => Err(self.refused(&stream.channel, &status)),
+            Err(_) => {
+                self.channels
+                    .discard(self.target, self.lane, &stream.channel);
+                Err(CallError::Timeout(ttl))
+            }
+        }
+    }
+
+    /// Opens an `AppendEntriesStream`; `Ok(None)` if the peer does not serve it.
+    async fn open_append_stream(
+        &self,
+        deadline: Instant,
+        ttl: Duration,
+    ) -> Result<Option<AppendStream>, CallError> {
+        let pooled = self.dial(deadline, ttl).await?;
+        let (requests, queued) = mpsc::channel(1);
+        let mut client = pooled.client();
+        let call = client.append_entries_stream(ReceiverStream::new(queued));
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(answers)) => Ok(Some(AppendStream {
+                channel: pooled,
+                requests,
+                answers: answers.into_inner(),
+            })),
+            // The generated router's answer to a method it does not know: no message. A
+            // member awaiting its bootstrap refuses with one, and is retried.
+            Ok(Err(status))
+                if status.code() == Code::Unimplemented && status.message().is_empty() =>
+            {
+                tracing::info!(target_id = %format!("{:x}", self.target), "peer does not serve AppendEntriesStream; using unary AppendEntries");
+                Ok(None)
+            }
+            Ok(Err(status)) => Err(self.refused(&pooled, &status)),
             Err(_) => {
                 self.channels.discard(self.target, self.lane, &pooled);
                 Err(CallError::Timeout(ttl))
@@ -343,14 +450,24 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         let ttl = append_entries_deadline(option.soft_ttl(), has_entries, request.len());
         self.metrics.sent(request.len());
         let sent_at = Instant::now();
-        let bytes = self
-            .unary(ttl, |mut c, t| async move {
-                c.append_entries(with_timeout(pb::AppendEntriesRequest { request }, t))
-                    .await
-            })
-            .await
-            .map_err(|e| self.rpc_error(action, e))?
-            .response;
+        let streamed = if self.append_stream_unsupported {
+            Ok(None)
+        } else {
+            self.append_on_stream(request.clone(), ttl).await
+        };
+        let bytes = match streamed {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                self.unary(ttl, |mut c, t| async move {
+                    c.append_entries(with_timeout(pb::AppendEntriesRequest { request }, t))
+                        .await
+                })
+                .await
+                .map_err(|e| self.rpc_error(action, e))?
+                .response
+            }
+            Err(e) => return Err(self.rpc_error(action, e)),
+        };
         // etcd probes each peer for its round trip; an AppendEntries without entries (a
         // heartbeat) is such a probe here: no disk write on the follower, only the
         // network and its raft core.

@@ -16,9 +16,11 @@
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use futures::Stream;
 use openraft::error::{LinearizableReadError, RaftError};
 use openraft::storage::RaftStateMachine;
 use openraft::ReadPolicy;
@@ -170,25 +172,34 @@ where
         request: Request<pb::AppendEntriesRequest>,
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         self.same_cluster(&request)?;
-        let rpc = codec::decode("append entries request", &request.get_ref().request)?;
-        let response = self.raft.append_entries(rpc).await.map_err(stopped)?;
-        if !matches!(
-            response,
-            openraft::raft::AppendEntriesResponse::HigherVote(_)
-        ) {
-            self.guard.heard_from_leader();
-        }
-        let response = encode("append entries response", &response)?;
-        if let Some(from) = request
-            .metadata()
-            .get(MEMBER_ID_METADATA)
-            .and_then(|id| id.to_str().ok())
-        {
-            crate::metrics::peer_exchanged(from, request.get_ref().request.len(), response.len());
-        }
+        let from = sender_label(&request);
+        let response = answer_append(
+            &self.raft,
+            &self.guard,
+            &request.get_ref().request,
+            from.as_deref(),
+        )
+        .await?;
         Ok(Response::new(pb::AppendEntriesResponse {
             response: response.into(),
         }))
+    }
+
+    type AppendEntriesStreamStream = AppendAnswers;
+
+    async fn append_entries_stream(
+        &self,
+        request: Request<Streaming<pb::AppendEntriesStreamRequest>>,
+    ) -> Result<Response<AppendAnswers>, Status> {
+        // Metadata is the stream's: checked once, as each unary call checks its own.
+        self.same_cluster(&request)?;
+        let from = sender_label(&request);
+        Ok(Response::new(serve_append_stream(
+            self.raft.clone(),
+            self.guard.clone(),
+            from,
+            request.into_inner(),
+        )))
     }
 
     async fn request_vote(
@@ -394,6 +405,86 @@ fn sender_id<T>(request: &Request<T>) -> Option<NodeId> {
         .get(MEMBER_ID_METADATA)
         .and_then(|id| id.to_str().ok())
         .and_then(|id| u64::from_str_radix(id, 16).ok())
+}
+
+/// The response stream of one `AppendEntriesStream` call.
+pub type AppendAnswers =
+    Pin<Box<dyn Stream<Item = Result<pb::AppendEntriesStreamResponse, Status>> + Send>>;
+
+/// Answers each request of an `AppendEntriesStream` in order, on the task that sends
+/// the answers (no task or queue of its own: the sender waits for each answer anyway).
+/// Ends when the leader closes its side or breaks the stream, after the first failed
+/// answer (the leader opens a new stream), or once raft stops, so that a server
+/// shutting down gracefully never waits on an idle stream.
+fn serve_append_stream<SM>(
+    raft: Raft<SM>,
+    guard: Arc<ClusterGuard>,
+    from: Option<String>,
+    incoming: Streaming<pb::AppendEntriesStreamRequest>,
+) -> AppendAnswers
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
+{
+    let stopped = Box::pin(propose_stream::raft_stopped(raft.clone()));
+    let state = Some((raft, guard, from, incoming, stopped));
+    Box::pin(futures::stream::unfold(state, |state| async move {
+        let (raft, guard, from, mut incoming, mut stopped) = state?;
+        let request = tokio::select! {
+            () = &mut stopped => return None,
+            message = incoming.message() => match message {
+                Ok(Some(request)) => request,
+                Ok(None) => return None,
+                Err(status) => {
+                    tracing::debug!(error = %status, "leader's append stream broke");
+                    return None;
+                }
+            },
+        };
+        match answer_append(&raft, &guard, &request.request, from.as_deref()).await {
+            Ok(response) => {
+                let answer = pb::AppendEntriesStreamResponse {
+                    response: response.into(),
+                };
+                Some((Ok(answer), Some((raft, guard, from, incoming, stopped))))
+            }
+            Err(status) => Some((Err(status), None)),
+        }
+    }))
+}
+
+/// Hands one encoded AppendEntries to raft and encodes its answer: the one path for
+/// the unary call and the stream. `from` is the sender's member id as it sent it.
+async fn answer_append<SM>(
+    raft: &Raft<SM>,
+    guard: &ClusterGuard,
+    request: &[u8],
+    from: Option<&str>,
+) -> Result<Vec<u8>, Status>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
+{
+    let rpc = codec::decode("append entries request", request)?;
+    let response = raft.append_entries(rpc).await.map_err(stopped)?;
+    if !matches!(
+        response,
+        openraft::raft::AppendEntriesResponse::HigherVote(_)
+    ) {
+        guard.heard_from_leader();
+    }
+    let response = encode("append entries response", &response)?;
+    if let Some(from) = from {
+        crate::metrics::peer_exchanged(from, request.len(), response.len());
+    }
+    Ok(response)
+}
+
+/// The sender's member id as its request's metadata spells it, for metrics labels.
+fn sender_label<T>(request: &Request<T>) -> Option<String> {
+    request
+        .metadata()
+        .get(MEMBER_ID_METADATA)
+        .and_then(|id| id.to_str().ok())
+        .map(str::to_owned)
 }
 
 fn stopped(e: RaftError<TypeConfig>) -> Status {

@@ -85,7 +85,7 @@ where
 }
 
 /// Completes once `raft` has stopped.
-async fn raft_stopped<SM>(raft: Raft<SM>)
+pub(crate) async fn raft_stopped<SM>(raft: Raft<SM>)
 where
     SM: RaftStateMachine<TypeConfig>,
 {
