@@ -172,12 +172,11 @@ where
         request: Request<pb::AppendEntriesRequest>,
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         self.same_cluster(&request)?;
-        let from = sender_label(&request);
         let response = answer_append(
             &self.raft,
             &self.guard,
             &request.get_ref().request,
-            from.as_deref(),
+            sender_label(&request),
         )
         .await?;
         Ok(Response::new(pb::AppendEntriesResponse {
@@ -193,7 +192,7 @@ where
     ) -> Result<Response<AppendAnswers>, Status> {
         // Metadata is the stream's: checked once, as each unary call checks its own.
         self.same_cluster(&request)?;
-        let from = sender_label(&request);
+        let from = sender_label(&request).map(str::to_owned);
         Ok(Response::new(serve_append_stream(
             self.raft.clone(),
             self.guard.clone(),
@@ -400,11 +399,16 @@ fn refuse_unless_matches(
 
 /// The member a peer request says it comes from.
 fn sender_id<T>(request: &Request<T>) -> Option<NodeId> {
+    sender_label(request).and_then(|id| u64::from_str_radix(id, 16).ok())
+}
+
+/// The sender's member id as its request's metadata spells it (hex), as metrics label
+/// it.
+fn sender_label<T>(request: &Request<T>) -> Option<&str> {
     request
         .metadata()
         .get(MEMBER_ID_METADATA)
         .and_then(|id| id.to_str().ok())
-        .and_then(|id| u64::from_str_radix(id, 16).ok())
 }
 
 /// The response stream of one `AppendEntriesStream` call.
@@ -476,15 +480,6 @@ where
         crate::metrics::peer_exchanged(from, request.len(), response.len());
     }
     Ok(response)
-}
-
-/// The sender's member id as its request's metadata spells it, for metrics labels.
-fn sender_label<T>(request: &Request<T>) -> Option<String> {
-    request
-        .metadata()
-        .get(MEMBER_ID_METADATA)
-        .and_then(|id| id.to_str().ok())
-        .map(str::to_owned)
 }
 
 fn stopped(e: RaftError<TypeConfig>) -> Status {
