@@ -639,15 +639,4 @@ impl ChunkReader {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn heartbeats_keep_the_tight_deadline_and_payloads_get_room() {
-        let soft = Duration::from_millis(75);
-        assert_eq!(append_entries_deadline(soft, false, 100), soft);
-        assert_eq!(append_entries_deadline(soft, true, 0), MIN_APPEND_DEADLINE);
-        let big = append_entries_deadline(soft, true, 96 * 1024 * 1024);
-        assert_eq!(big, MIN_APPEND_DEADLINE + Duration::from_secs(12));
-    }
-}
+mod tests;

@@ -4,9 +4,12 @@
 //! snapshot streaming all run over the real peer API.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -24,6 +27,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::codegen::{http, BoxFuture, Service};
+use tonic::server::NamedService;
 
 // ---------------------------------------------------------------------------------
 // A trivial state machine: the list of applied commands, snapshotted to a file.
@@ -205,6 +210,17 @@ fn member(id: NodeId, url: &str) -> Member {
 }
 
 async fn start_node(id: NodeId, listener: TcpListener, dir: PathBuf) -> Node {
+    start_node_serving(id, listener, dir, None).await
+}
+
+/// `stream_refusals`: the node acts as a member from before `AppendEntriesStream`,
+/// counting each stream it refuses there.
+async fn start_node_serving(
+    id: NodeId,
+    listener: TcpListener,
+    dir: PathBuf,
+    stream_refusals: Option<Arc<AtomicUsize>>,
+) -> Node {
     let config =
         Arc::new(raft_config(Duration::from_millis(50), Duration::from_millis(300), 10).unwrap());
     let mut opts = rocksdb::Options::default();
@@ -228,12 +244,21 @@ async fn start_node(id: NodeId, listener: TcpListener, dir: PathBuf) -> Node {
         .unwrap()
         .into_service();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let incoming = TcpListenerStream::new(listener);
+    let stopped = async {
+        stop_rx.await.ok();
+    };
+    let mut server = tonic::transport::Server::builder();
+    let router = match stream_refusals {
+        None => server.add_service(service),
+        Some(refused) => server.add_service(WithoutAppendStream {
+            inner: service,
+            refused,
+        }),
+    };
     let server = tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
-                stop_rx.await.ok();
-            })
+        router
+            .serve_with_incoming_shutdown(incoming, stopped)
             .await
             .unwrap();
     });
@@ -249,6 +274,61 @@ async fn start_node(id: NodeId, listener: TcpListener, dir: PathBuf) -> Node {
         client,
         stop_server: Some(stop_tx),
         server: Some(server),
+    }
+}
+
+/// A member from before `AppendEntriesStream` existed: its peer service answers that
+/// method as the generated router answers any method it does not know (UNIMPLEMENTED,
+/// no message, no body), and serves every other method as usual.
+#[derive(Clone)]
+struct WithoutAppendStream<S> {
+    inner: S,
+    refused: Arc<AtomicUsize>,
+}
+
+const APPEND_STREAM_PATH: &str = "/quantykube.peer.v1.Peer/AppendEntriesStream";
+
+impl<S: NamedService> NamedService for WithoutAppendStream<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+type HttpResponse = http::Response<tonic::body::Body>;
+
+impl<S> Service<http::Request<tonic::body::Body>> for WithoutAppendStream<S>
+where
+    S: Service<
+        http::Request<tonic::body::Body>,
+        Response = HttpResponse,
+        Error = Infallible,
+        Future = BoxFuture<HttpResponse, Infallible>,
+    >,
+{
+    type Response = HttpResponse;
+    type Error = Infallible;
+    type Future = BoxFuture<HttpResponse, Infallible>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        if request.uri().path() != APPEND_STREAM_PATH {
+            return self.inner.call(request);
+        }
+        self.refused.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {
+            let mut response = http::Response::new(tonic::body::Body::default());
+            let headers = response.headers_mut();
+            headers.insert(
+                tonic::Status::GRPC_STATUS,
+                (tonic::Code::Unimplemented as i32).into(),
+            );
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                tonic::metadata::GRPC_CONTENT_TYPE,
+            );
+            Ok(response)
+        })
     }
 }
 
@@ -519,4 +599,72 @@ async fn a_request_meant_for_another_member_id_is_refused() {
         assert_ne!(status.code(), tonic::Code::FailedPrecondition, "{target:?}");
     }
     node.kill().await;
+}
+
+/// During a rolling upgrade the leader may be new and a follower old: the follower's
+/// generated router does not know `AppendEntriesStream`. The leader must fall back to
+/// unary AppendEntries for that connection (and not ask again on every append), and
+/// writes that need the old follower's vote to commit still commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_without_the_append_stream_is_replicated_to_by_unary_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut members = BTreeMap::new();
+    let refused = Arc::new(AtomicUsize::new(0));
+    let mut nodes = Vec::new();
+    for id in 1..=3u64 {
+        let (listener, url) = listen().await;
+        members.insert(id, member(id, &url));
+        let old = (id == 3).then(|| refused.clone());
+        nodes.push(start_node_serving(id, listener, dir.path().join(format!("n{id}")), old).await);
+    }
+    nodes[0].raft.initialize(members).await.unwrap();
+    let mut leader = wait_for_leader(&nodes.iter().collect::<Vec<_>>(), None).await;
+    if leader == 3 {
+        // Node 3 leading would only send streams to members that serve them.
+        nodes[2].raft.trigger().transfer_leader(1).await.unwrap();
+        leader = wait_for_leader(&nodes.iter().collect::<Vec<_>>(), Some(3)).await;
+    }
+    let li = nodes.iter().position(|n| n.id == leader).unwrap();
+    let other_new = nodes
+        .iter()
+        .position(|n| n.id != leader && n.id != 3)
+        .unwrap();
+    nodes[li].client.write(cmd("all three")).await.unwrap();
+
+    // With the other new member gone, every commit needs node 3's unary acks.
+    nodes[other_new].kill().await;
+    let writes = 40;
+    for i in 0..writes {
+        let written = tokio::time::timeout(
+            Duration::from_secs(10),
+            nodes[li].client.write(cmd(&format!("old follower {i}"))),
+        )
+        .await
+        .expect("a write that needs the old follower should commit");
+        written.unwrap();
+    }
+    // The follower learns the last commit index from the next append or heartbeat.
+    let caught_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    while nodes[2].sm.commands().len() < writes + 1 {
+        assert!(
+            tokio::time::Instant::now() < caught_up,
+            "old follower behind"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(nodes[2].sm.commands(), nodes[li].sm.commands());
+
+    // Asked once per connection (replication and heartbeats, reopened by openraft after
+    // the leader change above at most), not once per AppendEntries.
+    let asked = refused.load(Ordering::SeqCst);
+    assert!(asked >= 1, "the leader never tried the stream");
+    assert!(
+        asked <= 6,
+        "the stream was asked for {asked} times: no fallback kept"
+    );
+    for (i, node) in nodes.iter_mut().enumerate() {
+        if i != other_new {
+            node.kill().await;
+        }
+    }
 }
