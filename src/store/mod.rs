@@ -286,4 +286,6 @@ mod auth_tests;
 #[cfg(test)]
 mod compaction_tests;
 #[cfg(test)]
+mod latest_tests;
+#[cfg(test)]
 mod tests;

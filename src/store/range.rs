@@ -15,6 +15,7 @@ use super::encoding::{
     after_all_versions, escape_key, kv_bounds, split_latest_value, split_version_key,
     unescape_key_into, version_key, LiveRecord, StoredVersion,
 };
+use super::latest::HiddenEntries;
 use super::meta::Revisions;
 use super::packed::PackedKeyValues;
 use super::{RevisionStore, StoreError, CF_KV, CF_LATEST};
@@ -122,16 +123,21 @@ impl<'a> Reader<'a> {
         if upper.as_deref().is_some_and(|u| u <= key) {
             return Ok(());
         }
+        let hidden = HiddenEntries::start();
+        let mut keys = 0u64;
         let mut it = self.iterator(CF_LATEST, upper)?;
         it.seek(key);
         while let (Some(k), Some(raw)) = (it.key(), it.value()) {
             let (revision, record) = split_latest_value(raw)?;
+            keys += 1;
             if !visit(k, revision, record)? {
                 break;
             }
             it.next();
         }
-        it.status().map_err(StoreError::from)
+        let status = it.status().map_err(StoreError::from);
+        self.store.flush_latest_if_crowded(hidden.count(), keys);
+        status
     }
 
     /// `scan` at any revision, by walking the versions in `kv`.

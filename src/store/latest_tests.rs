@@ -1,0 +1,113 @@
+//! `latest`'s memtable under scans of keys written many times: a scan that steps over
+//! more overwritten entries than it returns keys asks for a flush (`latest.rs`,
+//! `flush_latest_if_crowded`), and the scan's answer never changes with it.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::tests::{b, Harness};
+use super::*;
+
+const KEYS: usize = 100;
+
+fn active_memtable_entries(store: &RevisionStore) -> u64 {
+    let latest = store.cf(CF_LATEST).unwrap();
+    store
+        .db
+        .property_int_value_cf(latest, "rocksdb.num-entries-active-mem-table")
+        .unwrap()
+        .unwrap()
+}
+
+/// Keys `k000`..`k099` with their values and revisions, as a range reads them.
+fn scan(h: &Harness) -> Vec<(Bytes, Bytes, i64)> {
+    let response = h
+        .store
+        .range(&RangeRequest {
+            key: b("k"),
+            range_end: b("l"),
+            ..Default::default()
+        })
+        .unwrap();
+    response
+        .kvs
+        .into_iter()
+        .map(|kv| (kv.key, kv.value, kv.mod_revision))
+        .collect()
+}
+
+fn write_rounds(h: &mut Harness, rounds: usize) {
+    for round in 0..rounds {
+        for key in 0..KEYS {
+            h.put(&format!("k{key:03}"), &format!("round {round}"));
+        }
+    }
+}
+
+/// Polls until `done`, for at most ten seconds (RocksDB flushes in the background).
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+#[test]
+fn a_scan_over_overwritten_keys_gets_latest_flushed_and_reads_the_same() {
+    let mut h = Harness::new();
+    write_rounds(&mut h, 10);
+    assert!(active_memtable_entries(&h.store) >= (10 * KEYS) as u64);
+    let before = scan(&h);
+    assert_eq!(before.len(), KEYS);
+    assert!(before.iter().all(|(_, value, _)| value == &b("round 9")));
+    // No write is needed for it: ranges between writes are served from the flushed
+    // files.
+    assert!(
+        eventually(|| active_memtable_entries(&h.store) < KEYS as u64),
+        "latest's memtable still holds {} entries after the scan",
+        active_memtable_entries(&h.store)
+    );
+    assert_eq!(scan(&h), before);
+    // The next overwrites start a fresh memtable, and reads see them.
+    write_rounds(&mut h, 1);
+    assert!(scan(&h)
+        .iter()
+        .all(|(_, value, revision)| value == &b("round 0") && *revision > before[KEYS - 1].2));
+}
+
+#[test]
+fn a_scan_over_keys_written_once_leaves_the_memtable_alone() {
+    let mut h = Harness::new();
+    write_rounds(&mut h, 1);
+    let entries = active_memtable_entries(&h.store);
+    assert_eq!(scan(&h).len(), KEYS);
+    // A flush would have emptied the memtable within this wait in the test above.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(active_memtable_entries(&h.store), entries);
+}
+
+#[test]
+fn deletions_in_files_do_not_flush_the_memtable_again_and_again() {
+    let mut h = Harness::new();
+    let deleted = 400;
+    for key in 0..deleted {
+        h.put(&format!("k{key:04}"), "gone");
+    }
+    h.delete("k", "l");
+    let latest = h.store.cf(CF_LATEST).unwrap();
+    h.store.db.flush_cf(latest).unwrap();
+    h.put("k500", "live");
+    // The scan steps over the deletions in the flushed file to return one key; a flush
+    // of the memtable (one entry) would not help.
+    let hidden = super::latest::HiddenEntries::start();
+    assert_eq!(scan(&h).len(), 1);
+    assert!(hidden.count() >= deleted, "{} hidden", hidden.count());
+    drop(hidden);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(active_memtable_entries(&h.store), 1);
+}
