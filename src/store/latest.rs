@@ -54,6 +54,9 @@ impl RevisionStore {
 const HIDDEN_PER_KEY_BEFORE_FLUSH: u64 = 2;
 /// ... and in all: a short scan, or a few overwritten keys, is not worth a flush.
 const HIDDEN_BEFORE_FLUSH: u64 = 256;
+/// L0 files at which RocksDB compacts `latest` (its default, which `latest` keeps:
+/// `open_database`). Below it, a flush never waits for compactions to make room.
+const LATEST_L0_FILES_BEFORE_COMPACTION: u64 = 4;
 
 /// Counts the entries RocksDB's iterators on this thread step over without returning
 /// them: versions hidden by a newer one, and deletions.
@@ -112,8 +115,12 @@ impl RevisionStore {
         // The hidden entries may lie in files rather than in the memtable (deletions wait
         // there for a compaction, versions for a reader's snapshot), where a flush does not
         // help: flush only a memtable that could hold them, and not while one flushes.
+        // RocksDB makes even a non-waiting flush wait while one more L0 file could stall
+        // writes, and never does below its compaction trigger: the read stays unblocked.
         let property = |name| self.db.property_int_value_cf(latest, name).ok().flatten();
         if property("rocksdb.num-immutable-mem-table") != Some(0)
+            || property("rocksdb.num-files-at-level0")
+                .is_none_or(|files| files >= LATEST_L0_FILES_BEFORE_COMPACTION)
             || property("rocksdb.num-entries-active-mem-table")
                 .is_none_or(|entries| entries < hidden)
         {

@@ -2,6 +2,7 @@
 //! more overwritten entries than it returns keys asks for a flush (`latest.rs`,
 //! `flush_latest_if_crowded`), and the scan's answer never changes with it.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -110,4 +111,26 @@ fn deletions_in_files_do_not_flush_the_memtable_again_and_again() {
     drop(hidden);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(active_memtable_entries(&h.store), 1);
+}
+
+#[test]
+fn no_flush_is_asked_for_while_latest_waits_for_a_compaction() {
+    let mut h = Harness::new();
+    let store = Arc::clone(&h.store);
+    let latest = store.cf(CF_LATEST).unwrap();
+    // L0 files pile up as when compactions fall behind: RocksDB would make a flush wait
+    // for them once one more file could stall writes, and the scan must not wait.
+    store
+        .db
+        .set_options_cf(latest, &[("disable_auto_compactions", "true")])
+        .unwrap();
+    for round in 0..4 {
+        h.put("k000", &format!("file {round}"));
+        store.db.flush_cf(latest).unwrap();
+    }
+    write_rounds(&mut h, 10);
+    let entries = active_memtable_entries(&h.store);
+    assert_eq!(scan(&h).len(), KEYS);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(active_memtable_entries(&h.store), entries);
 }
