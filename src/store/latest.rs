@@ -103,20 +103,27 @@ impl RevisionStore {
     /// stepped over `hidden` entries: the flush keeps one entry per key. RocksDB's own
     /// trigger for this (`memtable_avg_op_scan_flush_trigger`) only marks the memtable,
     /// and the flush waits for the family's next writes, so ranges between writes kept
-    /// paying. Nothing waits for the flush.
+    /// paying. The read does not wait for the flush it asks for.
     pub(super) fn flush_latest_if_crowded(&self, hidden: u64, keys: u64) {
         if hidden < HIDDEN_BEFORE_FLUSH || hidden < keys.saturating_mul(HIDDEN_PER_KEY_BEFORE_FLUSH)
         {
             return;
         }
+        // Concurrent scans of the same keys would all ask, and the second ask would wait
+        // for the first flush: one decides, the others go on.
+        let Ok(_asking) = self.latest_flush_asking.try_lock() else {
+            return;
+        };
         let Ok(latest) = self.cf(CF_LATEST) else {
             return;
         };
         // The hidden entries may lie in files rather than in the memtable (deletions wait
         // there for a compaction, versions for a reader's snapshot), where a flush does not
         // help: flush only a memtable that could hold them, and not while one flushes.
-        // RocksDB makes even a non-waiting flush wait while one more L0 file could stall
-        // writes, and never does below its compaction trigger: the read stays unblocked.
+        // RocksDB makes even a non-waiting flush wait while one more memtable or L0 file
+        // could stall writes, and never with no flush under way and fewer L0 files than
+        // its compaction trigger; only a flush of its own starting between these checks
+        // and the ask can make the read wait, for that flush.
         let property = |name| self.db.property_int_value_cf(latest, name).ok().flatten();
         if property("rocksdb.num-immutable-mem-table") != Some(0)
             || property("rocksdb.num-files-at-level0")

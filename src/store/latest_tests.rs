@@ -134,3 +134,21 @@ fn no_flush_is_asked_for_while_latest_waits_for_a_compaction() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(active_memtable_entries(&h.store), entries);
 }
+
+#[test]
+fn a_scan_while_another_asks_for_the_flush_goes_on_without_asking() {
+    let mut h = Harness::new();
+    write_rounds(&mut h, 10);
+    let entries = active_memtable_entries(&h.store);
+    {
+        // Another scan is deciding: this one must neither wait for it nor ask too.
+        let _other = h.store.latest_flush_asking.lock().unwrap();
+        assert_eq!(scan(&h).len(), KEYS);
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(active_memtable_entries(&h.store), entries);
+    }
+    assert_eq!(scan(&h).len(), KEYS);
+    assert!(eventually(
+        || active_memtable_entries(&h.store) < KEYS as u64
+    ));
+}

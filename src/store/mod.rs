@@ -178,6 +178,8 @@ pub struct RevisionStore {
     auth: auth::AuthCache,
     /// Stops two defragmentations from running at once (`defrag`).
     defrag_lock: std::sync::Mutex<()>,
+    /// Held while a scan decides on and asks for a flush of `latest` (`latest`).
+    latest_flush_asking: std::sync::Mutex<()>,
     /// Bytes compaction deleted since the last defragmentation (`defrag`).
     reclaimable_bytes: std::sync::atomic::AtomicU64,
     /// The size the quota checks last read (`size`).
@@ -209,6 +211,7 @@ impl RevisionStore {
             alarms: alarm::AlarmCache::default(),
             auth: auth::AuthCache::default(),
             defrag_lock: std::sync::Mutex::default(),
+            latest_flush_asking: std::sync::Mutex::default(),
             reclaimable_bytes: std::sync::atomic::AtomicU64::default(),
             size_sample: size::SizeSample::default(),
             compaction_wake: tokio::sync::Notify::new(),
