@@ -12,7 +12,7 @@ use rocksdb::{FlushOptions, WriteBatch};
 
 use super::encoding::latest_value;
 use super::range::Reader;
-use super::{meta, RevisionStore, StoreError, CF_LATEST};
+use super::{meta, RevisionStore, StoreError, CF_LATEST, LATEST_L0_FILES_BEFORE_COMPACTION};
 
 /// Keys written per batch while rebuilding, to bound memory on a large store.
 const KEYS_PER_BATCH: usize = 4096;
@@ -54,9 +54,6 @@ impl RevisionStore {
 const HIDDEN_PER_KEY_BEFORE_FLUSH: u64 = 2;
 /// ... and in all: a short scan, or a few overwritten keys, is not worth a flush.
 const HIDDEN_BEFORE_FLUSH: u64 = 256;
-/// L0 files at which RocksDB compacts `latest` (its default, which `latest` keeps:
-/// `open_database`). Below it, a flush never waits for compactions to make room.
-const LATEST_L0_FILES_BEFORE_COMPACTION: u64 = 4;
 
 /// Counts the entries RocksDB's iterators on this thread step over without returning
 /// them: versions hidden by a newer one, and deletions.
@@ -127,7 +124,7 @@ impl RevisionStore {
         let property = |name| self.db.property_int_value_cf(latest, name).ok().flatten();
         if property("rocksdb.num-immutable-mem-table") != Some(0)
             || property("rocksdb.num-files-at-level0")
-                .is_none_or(|files| files >= LATEST_L0_FILES_BEFORE_COMPACTION)
+                .is_none_or(|files| files >= LATEST_L0_FILES_BEFORE_COMPACTION as u64)
             || property("rocksdb.num-entries-active-mem-table")
                 .is_none_or(|entries| entries < hidden)
         {

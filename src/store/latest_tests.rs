@@ -46,6 +46,13 @@ fn write_rounds(h: &mut Harness, rounds: usize) {
     }
 }
 
+/// Waits many times as long as the first test's flush takes, and asserts that the active
+/// memtable still holds `entries`: no flush was asked for.
+fn assert_not_flushed(store: &RevisionStore, entries: u64) {
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(active_memtable_entries(store), entries);
+}
+
 /// Polls until `done`, for at most ten seconds (RocksDB flushes in the background).
 fn eventually(mut done: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -87,9 +94,7 @@ fn a_scan_over_keys_written_once_leaves_the_memtable_alone() {
     write_rounds(&mut h, 1);
     let entries = active_memtable_entries(&h.store);
     assert_eq!(scan(&h).len(), KEYS);
-    // A flush would have emptied the memtable within this wait in the test above.
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(active_memtable_entries(&h.store), entries);
+    assert_not_flushed(&h.store, entries);
 }
 
 #[test]
@@ -109,8 +114,7 @@ fn deletions_in_files_do_not_flush_the_memtable_again_and_again() {
     assert_eq!(scan(&h).len(), 1);
     assert!(hidden.count() >= deleted, "{} hidden", hidden.count());
     drop(hidden);
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(active_memtable_entries(&h.store), 1);
+    assert_not_flushed(&h.store, 1);
 }
 
 #[test]
@@ -131,8 +135,7 @@ fn no_flush_is_asked_for_while_latest_waits_for_a_compaction() {
     write_rounds(&mut h, 10);
     let entries = active_memtable_entries(&h.store);
     assert_eq!(scan(&h).len(), KEYS);
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(active_memtable_entries(&h.store), entries);
+    assert_not_flushed(&h.store, entries);
 }
 
 #[test]
@@ -144,8 +147,7 @@ fn a_scan_while_another_asks_for_the_flush_goes_on_without_asking() {
         // Another scan is deciding: this one must neither wait for it nor ask too.
         let _other = h.store.latest_flush_asking.lock().unwrap();
         assert_eq!(scan(&h).len(), KEYS);
-        std::thread::sleep(Duration::from_millis(500));
-        assert_eq!(active_memtable_entries(&h.store), entries);
+        assert_not_flushed(&h.store, entries);
     }
     assert_eq!(scan(&h).len(), KEYS);
     assert!(eventually(

@@ -68,6 +68,10 @@ pub const STORE_COLUMN_FAMILIES: &[&str] = &[CF_KV, CF_HISTORY, CF_LATEST, CF_ME
 
 /// L0 files `kv` and `history` gather before RocksDB compacts them (its default is 4).
 const L0_FILES_BEFORE_COMPACTION: i32 = 16;
+/// L0 files `latest` gathers before RocksDB compacts it: RocksDB's default, kept because
+/// every current read scans it. A crowded scan asks for no flush at this count
+/// (`latest.rs`).
+pub(super) const LATEST_L0_FILES_BEFORE_COMPACTION: i32 = 4;
 
 /// The revision store's RocksDB (the raft log has one of its own: src/disk.rs).
 /// `extra_cfs` names other column families the database holds and must be opened with:
@@ -104,6 +108,8 @@ pub fn open_database(path: &std::path::Path, extra_cfs: &[&str]) -> Result<Arc<D
                 table.set_bloom_filter(10.0, false);
                 let mut latest = opts.clone();
                 latest.set_block_based_table_factory(&table);
+                latest
+                    .set_level_zero_file_num_compaction_trigger(LATEST_L0_FILES_BEFORE_COMPACTION);
                 ColumnFamilyDescriptor::new(*name, latest)
             }
             // Every version and the change log: written on every put, deleted by
