@@ -6,7 +6,13 @@
 //! ([`run`]), as etcd schedules its compaction, so no write waits for the deletions.
 //! A pass removes, for every key changed since the last physical compaction, each
 //! version older than the one live at the compacted revision (and that one too when it
-//! is a deletion), together with its `history` entry. The history thus keeps one entry
+//! is a deletion), together with its `history` entry. It reads only the history since
+//! the last pass, in order: each change's entry names the version it replaced
+//! (`Replaced`), which goes without a read, and a deletion takes its own version. Only
+//! entries that do not say (written before they did, or by a delete of a range) make
+//! the pass look their key's versions up: random reads of old `kv` and `history`
+//! blocks, most of a member's compaction CPU once the store outgrew the block cache
+//! (docs/benchmarks.md, issue 20's twelfth step). The history thus keeps one entry
 //! per stored version, in revision order: etcd's `key` bucket, which a snapshot export
 //! walks. One exception: the compacted revision's own events stay even when their
 //! version goes (a deletion), so that a watch may start there, as in etcd; the next
@@ -30,13 +36,13 @@ use rocksdb::{ReadOptions, WriteBatch};
 
 use super::encoding::{
     after_all_versions, escape_key, history_key, split_history_key, split_version_key, version_key,
-    HistoryEntry, StoredVersion,
+    HistoryEntry, Replaced, StoredVersion,
 };
 use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV};
 use crate::offload::Offload;
 
-/// Keys a step handles: etcd's compaction batch.
-const KEYS_PER_STEP: usize = 1000;
+/// Changes a step handles: etcd's compaction batch.
+const CHANGES_PER_STEP: usize = 1000;
 
 /// The pause between two steps, in which writes and reads have the store to themselves
 /// (etcd 3.4's 10 ms).
@@ -104,8 +110,8 @@ impl RevisionStore {
 }
 
 impl CompactionPass {
-    /// Deletes what the next [`KEYS_PER_STEP`] keys changed in the pass's range no
-    /// longer need, and answers whether the pass is over: done (the progress marker
+    /// Deletes what the next [`CHANGES_PER_STEP`] changes in the pass's range made
+    /// unreachable, and answers whether the pass is over: done (the progress marker
     /// moved to its end), or given up because a snapshot install replaced the store.
     pub fn step(&mut self, store: &RevisionStore) -> Result<bool, StoreError> {
         if store.installs.load(Ordering::Acquire) != self.installs {
@@ -116,16 +122,30 @@ impl CompactionPass {
         opts.set_iterate_upper_bound(history_key(self.to + 1, 0).to_vec());
         let mut it = store.db.raw_iterator_cf_opt(history, opts);
         it.seek(&self.next);
-        let mut keys = BTreeSet::new();
-        while keys.len() < KEYS_PER_STEP {
-            let Some(raw) = it.value() else { break };
-            keys.insert(HistoryEntry::decode(raw)?.key);
+        let mut batch = WriteBatch::default();
+        let mut deleted_bytes = 0u64;
+        // Keys with a change whose entry does not name the version it replaced.
+        let mut looked_up = BTreeSet::new();
+        let mut changes = 0;
+        while changes < CHANGES_PER_STEP {
+            let (Some(raw_key), Some(raw)) = (it.key(), it.value()) else {
+                break;
+            };
+            let entry = HistoryEntry::decode(raw)?;
+            let held = (raw_key.len() + raw.len()) as u64;
+            deleted_bytes += drop_replaced(store, &mut batch, raw_key, &entry, held, self.to)?;
+            if entry.replaced == Replaced::Unknown {
+                looked_up.insert(entry.key);
+            }
+            changes += 1;
             it.next();
         }
         it.status()?;
         let rest = it.key().map(<[u8]>::to_vec);
         drop(it);
-        drop_old_versions(store, &keys, self.to)?;
+        deleted_bytes += drop_old_versions(store, &mut batch, &looked_up, self.to)?;
+        store.db.write(batch)?;
+        store.note_reclaimable(deleted_bytes);
         match rest {
             Some(next) => {
                 self.next = next;
@@ -188,8 +208,52 @@ async fn catch_up(store: &Arc<RevisionStore>, offload: Offload) -> Result<(), Wo
     Ok(())
 }
 
-/// Deletes, for each of a step's keys (sorted), the versions older than the one live
-/// at `to` (and that one when it is a deletion), with their history entries.
+/// Stages the deletions one change (`entry`, under history key `raw_key`, the two
+/// `held` bytes) makes possible without a read: the version it replaced with that version's history entry,
+/// and when it is a deletion its own version (and its entry below `to`: the compacted
+/// revision's own events stay, see the module doc). Answers about how many bytes they
+/// held.
+///
+/// The replaced version is never one a read at or above `to` can see: the change
+/// replaced it at a revision no later than `to`. Deleting what an earlier step or pass
+/// deleted already writes a tombstone and nothing else.
+fn drop_replaced(
+    store: &RevisionStore,
+    batch: &mut WriteBatch,
+    raw_key: &[u8],
+    entry: &HistoryEntry,
+    held: u64,
+    to: i64,
+) -> Result<u64, StoreError> {
+    let (revision, _) = split_history_key(raw_key)?;
+    let kv = store.cf(CF_KV)?;
+    let mut deleted_bytes = 0u64;
+    let escaped = (entry.deleted || matches!(entry.replaced, Replaced::Version { .. }))
+        .then(|| escape_key(&entry.key));
+    if let (Replaced::Version { written, bytes }, Some(escaped)) = (entry.replaced, &escaped) {
+        batch.delete_cf(kv, version_key(escaped, written.main));
+        batch.delete_cf(
+            store.cf(CF_HISTORY)?,
+            history_key(written.main, written.sub),
+        );
+        deleted_bytes += u64::from(bytes);
+    }
+    if let (true, Some(escaped)) = (entry.deleted, &escaped) {
+        let version = version_key(escaped, revision);
+        // A tombstone's record is one byte.
+        deleted_bytes += version.len() as u64 + 1;
+        batch.delete_cf(kv, version);
+        if revision < to {
+            batch.delete_cf(store.cf(CF_HISTORY)?, raw_key);
+            deleted_bytes += held;
+        }
+    }
+    Ok(deleted_bytes)
+}
+
+/// Deletes, for each of `keys` (sorted: those of a step's changes that do not name the
+/// version they replaced), the versions older than the one live at `to` (and that one
+/// when it is a deletion), with their history entries. Answers how many bytes they held.
 ///
 /// One iterator per column family serves the whole step (an iterator per key opened
 /// every L0 file of `kv` again), and `kv`'s seeks read only the files whose filter has
@@ -199,11 +263,12 @@ async fn catch_up(store: &Arc<RevisionStore>, offload: Offload) -> Result<(), Wo
 /// 20's eighth step).
 fn drop_old_versions(
     store: &RevisionStore,
+    batch: &mut WriteBatch,
     keys: &BTreeSet<Vec<u8>>,
     to: i64,
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
     let Some(last) = keys.last() else {
-        return Ok(());
+        return Ok(0);
     };
     let kv = store.cf(CF_KV)?;
     // Prefix seeks, the one `kv` iterator without total order: each seek consults the
@@ -214,7 +279,6 @@ fn drop_old_versions(
     opts.set_iterate_upper_bound(after_all_versions(&escape_key(last)));
     let mut versions = store.db.raw_iterator_cf_opt(kv, opts);
     let mut events = EventFinder::new(store)?;
-    let mut batch = WriteBatch::default();
     let mut deleted_bytes = 0u64;
     for key in keys {
         let escaped = escape_key(key);
@@ -232,16 +296,14 @@ fn drop_old_versions(
                 batch.delete_cf(kv, raw);
                 // The compacted revision's own events stay (see the module doc).
                 if revision < to {
-                    deleted_bytes += events.stage_removal(&mut batch, revision, key)?;
+                    deleted_bytes += events.stage_removal(batch, revision, key)?;
                 }
             }
             versions.next();
         }
         versions.status()?;
     }
-    store.db.write(batch)?;
-    store.note_reclaimable(deleted_bytes);
-    Ok(())
+    Ok(deleted_bytes)
 }
 
 /// Finds the history entries of deleted versions, through one `history` iterator for a

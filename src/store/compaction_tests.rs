@@ -1,11 +1,17 @@
 //! Physical compaction in the background (`compaction.rs`): what reads see while a
 //! pass is under way, writes between its steps, a snapshot file taken in the middle,
-//! and an install that replaces the store under a pass.
+//! an install that replaces the store under a pass, and what a pass leaves against
+//! etcd's keep rule, from history entries that name the version they replaced and
+//! from entries written before they did.
 
 use super::tests::{b, no_install, round_trip, Harness};
 use super::*;
 use crate::proto::command::command::Request as C;
-use crate::proto::etcdserverpb::{CompactionRequest, RangeRequest};
+use crate::proto::etcdserverpb::request_op::Request as Op;
+use crate::proto::etcdserverpb::{
+    CompactionRequest, DeleteRangeRequest, LeaseGrantRequest, LeaseRevokeRequest, PutRequest,
+    RangeRequest, RequestOp, TxnRequest,
+};
 use crate::proto::mvccpb::KeyValue;
 
 const KEYS: usize = 2500;
@@ -196,4 +202,183 @@ fn reads_across_keys_see_every_file_and_compaction_finds_every_version() {
     assert_eq!(stored_versions(&h.store), 200);
     assert_eq!(read_at(&h, after_round(1)), before);
     assert_eq!(read_at(&h, 0).len(), 100);
+}
+
+/// Every entry of column family `cf`, raw.
+fn entries(store: &RevisionStore, cf: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    store
+        .db
+        .iterator_cf(store.cf(cf).unwrap(), rocksdb::IteratorMode::Start)
+        .map(|entry| {
+            let (key, value) = entry.unwrap();
+            (key.to_vec(), value.to_vec())
+        })
+        .collect()
+}
+
+/// What a pass to `to` must leave of `kv` and `history` as they are before it (the
+/// module doc of compaction.rs): each key's versions above `to`, and its newest one at
+/// or below `to` unless that is a deletion; the history entries of the versions kept,
+/// and every entry at or above `to`.
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+fn kept_by_a_pass(kv: &Entries, history: &Entries, to: i64) -> (Entries, Entries) {
+    let mut kept_kv = Vec::new();
+    let mut owner_done: Option<Vec<u8>> = None;
+    for (raw, record) in kv {
+        let (owner, revision) = encoding::split_version_key(raw).unwrap();
+        let newest_at_to = revision <= to && owner_done.as_deref() != Some(owner);
+        if revision <= to {
+            owner_done = Some(owner.to_vec());
+        }
+        if revision > to || newest_at_to && !encoding::StoredVersion::is_tombstone(record) {
+            kept_kv.push((raw.clone(), record.clone()));
+        }
+    }
+    let kept_versions: std::collections::BTreeSet<&Vec<u8>> =
+        kept_kv.iter().map(|(raw, _)| raw).collect();
+    let kept_history = history
+        .iter()
+        .filter(|(raw, entry)| {
+            let (revision, _) = encoding::split_history_key(raw).unwrap();
+            let key = encoding::HistoryEntry::decode(entry).unwrap().key;
+            let version = encoding::version_key(&encoding::escape_key(&key), revision);
+            revision >= to || kept_versions.contains(&version)
+        })
+        .cloned()
+        .collect();
+    (kept_kv, kept_history)
+}
+
+/// Client writes over ten keys, in batches of one to four commands: puts (some with a
+/// lease), transactions putting up to three keys (changes at sub revisions above 0),
+/// deletions of one key and of ranges, lease grants and revocations.
+fn write_mix(h: &mut Harness, state: &mut u64, commands: usize) {
+    let mut next = |n: u64| {
+        *state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (*state >> 33) % n
+    };
+    let key = |i: u64| b(&format!("k{i}"));
+    let mut written = 0;
+    while written < commands {
+        let size = 1 + next(4) as usize;
+        let batch: Vec<C> = (0..size)
+            .map(|_| match next(10) {
+                0..=3 => C::Put(PutRequest {
+                    key: key(next(10)),
+                    value: b(&format!("v{}", next(1000))),
+                    lease: if next(4) == 0 { 1 + next(2) as i64 } else { 0 },
+                    ..Default::default()
+                }),
+                4 | 5 => {
+                    let first = next(8);
+                    let put = |k| {
+                        Op::RequestPut(PutRequest {
+                            key: key(k),
+                            value: b("t"),
+                            ..Default::default()
+                        })
+                    };
+                    let mut ops = vec![put(first), put(first + 1)];
+                    if next(2) == 0 {
+                        ops.push(put(first + 2));
+                    }
+                    C::Txn(TxnRequest {
+                        success: ops
+                            .into_iter()
+                            .map(|request| RequestOp {
+                                request: Some(request),
+                            })
+                            .collect(),
+                        ..Default::default()
+                    })
+                }
+                6 => C::DeleteRange(DeleteRangeRequest {
+                    key: key(next(10)),
+                    ..Default::default()
+                }),
+                7 => C::DeleteRange(DeleteRangeRequest {
+                    key: key(next(5)),
+                    range_end: key(5 + next(5)),
+                    ..Default::default()
+                }),
+                8 => C::LeaseGrant(LeaseGrantRequest {
+                    id: 1 + next(2) as i64,
+                    ttl: 60,
+                }),
+                _ => C::LeaseRevoke(LeaseRevokeRequest {
+                    id: 1 + next(2) as i64,
+                }),
+            })
+            .collect();
+        written += batch.len();
+        h.apply_batch(batch);
+    }
+}
+
+/// Rewrites about half of the history entries and of `latest`'s values in the layouts
+/// of a store written before changes named the version they replaced.
+fn as_written_before_the_chain(store: &RevisionStore) {
+    let mut batch = rocksdb::WriteBatch::default();
+    let history = store.cf(CF_HISTORY).unwrap();
+    for (raw, entry) in entries(store, CF_HISTORY).iter().step_by(2) {
+        let mut entry = encoding::HistoryEntry::decode(entry).unwrap();
+        entry.replaced = encoding::Replaced::Unknown;
+        batch.put_cf(history, raw, entry.encode());
+    }
+    let latest = store.cf(CF_LATEST).unwrap();
+    for (key, raw) in entries(store, CF_LATEST).iter().step_by(2) {
+        let value = encoding::split_latest_value(raw).unwrap();
+        batch.put_cf(
+            latest,
+            key,
+            encoding::latest_value(value.mod_revision, None, value.record),
+        );
+    }
+    store.db.write(batch).unwrap();
+}
+
+/// Compacts at `to` and checks that the pass left exactly what etcd's rule keeps.
+fn compact_and_check(h: &mut Harness, to: i64, context: &str) {
+    h.apply_unfinished(C::Compaction(CompactionRequest {
+        revision: to,
+        physical: false,
+    }));
+    let (kv, history) = (entries(&h.store, CF_KV), entries(&h.store, CF_HISTORY));
+    let (want_kv, want_history) = kept_by_a_pass(&kv, &history, to);
+    h.store.finish_compaction().unwrap();
+    assert_eq!(entries(&h.store, CF_KV), want_kv, "{context}: kv");
+    assert_eq!(
+        entries(&h.store, CF_HISTORY),
+        want_history,
+        "{context}: history"
+    );
+}
+
+#[test]
+fn a_pass_leaves_exactly_what_etcd_keeps_from_entries_old_and_new() {
+    for seed in 1..=16 {
+        for old_layouts in [false, true] {
+            let context = format!("seed {seed}, old layouts {old_layouts}");
+            let mut h = Harness::new();
+            let mut state = seed;
+            write_mix(&mut h, &mut state, 80);
+            if old_layouts {
+                as_written_before_the_chain(&h.store);
+            }
+            write_mix(&mut h, &mut state, 80);
+            let first = 2 + (state >> 40) as i64 % (h.store.current_revision().unwrap() - 1);
+            compact_and_check(&mut h, first, &context);
+            write_mix(&mut h, &mut state, 80);
+            // The next compaction at a deletion's own revision: its event stays.
+            h.put("k3", "doomed");
+            h.apply(C::DeleteRange(DeleteRangeRequest {
+                key: b("k3"),
+                ..Default::default()
+            }));
+            let second = h.store.current_revision().unwrap();
+            compact_and_check(&mut h, second, &context);
+        }
+    }
 }

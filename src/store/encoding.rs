@@ -10,13 +10,18 @@
 //! the first entry of each key and a read at revision `r` seeks to `!r`.
 //!
 //! `history` column family: `be(main_revision) ++ be(sub_revision)` to the change's
-//! kind and user key, in revision order for watch catch-up, compaction and hashing.
+//! kind, the version it replaced ([`Replaced`]) and its user key, in revision order for
+//! watch catch-up, compaction and hashing.
 //!
-//! `latest` column family: the raw user key to `be(mod_revision) ++` the record of its
-//! newest version, present only while the key is live. It duplicates the newest `kv`
-//! entry so that reads at the current revision (every put's previous version, compares,
-//! most ranges) are one point lookup, or one entry per key in a scan, instead of a walk
-//! over every version.
+//! `latest` column family: the raw user key to `be(mod_revision) ++` the newest
+//! version's sub revision `++` its record, present only while the key is live. It
+//! duplicates the newest `kv` entry so that reads at the current revision (every put's
+//! previous version, compares, most ranges) are one point lookup, or one entry per key
+//! in a scan, instead of a walk over every version.
+//!
+//! Two layouts came later than the first stores and are told from the older ones by a
+//! kind byte no older value holds there: the sub revision in `latest` and the replaced
+//! version in `history`. Values written before them still decode, as "not recorded".
 //!
 //! `lease` column family: `b'L' ++ be(id)` to `be(granted_ttl) ++ be(remaining_ttl)`
 //! (remaining 0 until a checkpoint records one) for each live lease, and
@@ -153,23 +158,61 @@ pub fn unescape_key_into(escaped: &[u8], out: &mut Vec<u8>) -> Result<(), StoreE
     Err(StoreError::corrupt("unterminated key"))
 }
 
-/// `latest` value: the newest version's revision and its (live) `kv` record.
-pub fn latest_value(mod_revision: i64, record: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(REVISION_LEN + record.len());
+/// A change's place in the store's history: its revision and its index among that
+/// revision's changes (etcd's main and sub revision).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChangeId {
+    pub main: i64,
+    pub sub: u32,
+}
+
+/// The byte after a `latest` value's revision when the sub revision follows it; a value
+/// written before the sub was recorded holds its record's first byte there ([`LIVE`]).
+const LATEST_WITH_SUB: u8 = 2;
+const SUB_LEN: usize = 4;
+
+/// `latest` value: the newest version's revision, its sub revision when the writer
+/// knows it, and its (live) `kv` record.
+pub fn latest_value(mod_revision: i64, sub: Option<u32>, record: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(REVISION_LEN + 1 + SUB_LEN + record.len());
     out.extend_from_slice(&mod_revision.to_be_bytes());
+    if let Some(sub) = sub {
+        out.push(LATEST_WITH_SUB);
+        out.extend_from_slice(&sub.to_be_bytes());
+    }
     out.extend_from_slice(record);
     out
 }
 
-/// Splits a `latest` value into the newest version's revision and its `kv` record.
-pub fn split_latest_value(raw: &[u8]) -> Result<(i64, &[u8]), StoreError> {
-    if raw.len() < REVISION_LEN {
-        return Err(StoreError::corrupt("short latest record"));
-    }
-    let (revision, record) = raw.split_at(REVISION_LEN);
-    let mut be = [0u8; REVISION_LEN];
-    be.copy_from_slice(revision);
-    Ok((i64::from_be_bytes(be), record))
+/// A `latest` value read in place.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LatestValue<'a> {
+    pub mod_revision: i64,
+    /// `None` in values written before it was recorded, or by a rebuild from `kv`.
+    pub sub: Option<u32>,
+    pub record: &'a [u8],
+}
+
+/// Splits a `latest` value into the newest version's revision, sub revision and record.
+pub fn split_latest_value(raw: &[u8]) -> Result<LatestValue<'_>, StoreError> {
+    let (revision, rest) = raw
+        .split_first_chunk::<REVISION_LEN>()
+        .ok_or_else(|| StoreError::corrupt("short latest record"))?;
+    let mod_revision = i64::from_be_bytes(*revision);
+    let (sub, record) = match rest.split_first() {
+        Some((&LATEST_WITH_SUB, after)) => {
+            let (sub, record) = after
+                .split_first_chunk::<SUB_LEN>()
+                .ok_or_else(|| StoreError::corrupt("short latest record"))?;
+            (Some(u32::from_be_bytes(*sub)), record)
+        }
+        _ => (None, rest),
+    };
+    Ok(LatestValue {
+        mod_revision,
+        sub,
+        record,
+    })
 }
 
 /// `kv` key of one version of `user_key`, written at `revision`.
@@ -360,29 +403,97 @@ impl<'a> LiveRecord<'a> {
     }
 }
 
+/// The version a change replaced, as the change's `history` entry records it, so that
+/// compaction can delete that version and its entry without reading for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replaced {
+    /// Not recorded: entries written before it was, and changes whose writer did not
+    /// know the replaced version's sub revision. Compaction looks the key's versions up.
+    Unknown,
+    /// The key was not live before the change.
+    Nothing,
+    /// The live version the change replaced, and about how many bytes it and its
+    /// history entry take ([`replaced_bytes`]), for the store's size in use.
+    Version { written: ChangeId, bytes: u32 },
+}
+
+/// About how many bytes a live version of a key takes in `kv` and `history`: its
+/// version key and record (`escaped_len`, `value_len`), and its history key and entry.
+pub fn replaced_bytes(key_len: usize, escaped_len: usize, value_len: usize) -> u32 {
+    let bytes =
+        escaped_len + REVISION_LEN + LIVE_HEADER + value_len + 12 + CHAINED_HEADER + key_len;
+    u32::try_from(bytes).unwrap_or(u32::MAX)
+}
+
 /// What a `history` entry records: a put or a delete of one user key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HistoryEntry {
     pub deleted: bool,
     pub key: Vec<u8>,
+    pub replaced: Replaced,
 }
+
+/// Kinds of history entries that record the version they replaced.
+const PUT_CHAINED: u8 = 2;
+const DELETE_CHAINED: u8 = 3;
+/// Kind, replaced main and sub revision (main 0: nothing replaced), replaced bytes.
+const CHAINED_HEADER: usize = 1 + REVISION_LEN + SUB_LEN + 4;
 
 impl HistoryEntry {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(1 + self.key.len());
-        out.push(if self.deleted { TOMBSTONE } else { LIVE });
+        let (written, bytes) = match self.replaced {
+            Replaced::Unknown => {
+                let mut out = Vec::with_capacity(1 + self.key.len());
+                out.push(if self.deleted { TOMBSTONE } else { LIVE });
+                out.extend_from_slice(&self.key);
+                return out;
+            }
+            Replaced::Nothing => (ChangeId { main: 0, sub: 0 }, 0),
+            Replaced::Version { written, bytes } => (written, bytes),
+        };
+        let mut out = Vec::with_capacity(CHAINED_HEADER + self.key.len());
+        out.push(if self.deleted {
+            DELETE_CHAINED
+        } else {
+            PUT_CHAINED
+        });
+        out.extend_from_slice(&written.main.to_be_bytes());
+        out.extend_from_slice(&written.sub.to_be_bytes());
+        out.extend_from_slice(&bytes.to_be_bytes());
         out.extend_from_slice(&self.key);
         out
     }
 
     pub fn decode(raw: &[u8]) -> Result<Self, StoreError> {
-        match raw.split_first() {
-            Some((&kind, key)) if kind == LIVE || kind == TOMBSTONE => Ok(HistoryEntry {
-                deleted: kind == TOMBSTONE,
-                key: key.to_vec(),
-            }),
-            _ => Err(StoreError::corrupt("bad history record")),
-        }
+        let bad = || StoreError::corrupt("bad history record");
+        let (&kind, rest) = raw.split_first().ok_or_else(bad)?;
+        let (deleted, replaced, key) = match kind {
+            LIVE | TOMBSTONE => (kind == TOMBSTONE, Replaced::Unknown, rest),
+            PUT_CHAINED | DELETE_CHAINED => {
+                let (main, rest) = rest.split_first_chunk::<REVISION_LEN>().ok_or_else(bad)?;
+                let (sub, rest) = rest.split_first_chunk::<SUB_LEN>().ok_or_else(bad)?;
+                let (bytes, key) = rest.split_first_chunk::<4>().ok_or_else(bad)?;
+                let main = i64::from_be_bytes(*main);
+                let replaced = match main {
+                    0 => Replaced::Nothing,
+                    main if main > 0 => Replaced::Version {
+                        written: ChangeId {
+                            main,
+                            sub: u32::from_be_bytes(*sub),
+                        },
+                        bytes: u32::from_be_bytes(*bytes),
+                    },
+                    _ => return Err(bad()),
+                };
+                (kind == DELETE_CHAINED, replaced, key)
+            }
+            _ => return Err(bad()),
+        };
+        Ok(HistoryEntry {
+            deleted,
+            key: key.to_vec(),
+            replaced,
+        })
     }
 }
 
@@ -467,16 +578,57 @@ mod tests {
         let dead = StoredVersion::Tombstone;
         assert_eq!(StoredVersion::decode(&dead.encode()).unwrap(), dead);
         assert!(StoredVersion::decode(&[9]).is_err());
-        let latest = latest_value(42, &live.encode());
-        assert_eq!(
-            split_latest_value(&latest).unwrap(),
-            (42, live.encode().as_slice())
-        );
+        let record = live.encode();
+        for sub in [None, Some(0), Some(7)] {
+            let latest = latest_value(42, sub, &record);
+            assert_eq!(
+                split_latest_value(&latest).unwrap(),
+                LatestValue {
+                    mod_revision: 42,
+                    sub,
+                    record: &record,
+                }
+            );
+        }
         assert!(split_latest_value(&[1, 2]).is_err());
-        let h = HistoryEntry {
-            deleted: true,
-            key: b"k".to_vec(),
-        };
-        assert_eq!(HistoryEntry::decode(&h.encode()).unwrap(), h);
+        assert!(split_latest_value(&[0, 0, 0, 0, 0, 0, 0, 42, LATEST_WITH_SUB, 0, 0]).is_err());
+        for replaced in [
+            Replaced::Unknown,
+            Replaced::Nothing,
+            Replaced::Version {
+                written: ChangeId { main: 9, sub: 3 },
+                bytes: 300,
+            },
+        ] {
+            for deleted in [false, true] {
+                let h = HistoryEntry {
+                    deleted,
+                    key: b"k".to_vec(),
+                    replaced,
+                };
+                assert_eq!(HistoryEntry::decode(&h.encode()).unwrap(), h);
+            }
+        }
+    }
+
+    #[test]
+    fn entries_written_before_the_chain_read_as_unknown_and_bad_ones_are_refused() {
+        // The layout of the first stores: kind byte, then the key.
+        assert_eq!(
+            HistoryEntry::decode(b"\x01key").unwrap(),
+            HistoryEntry {
+                deleted: true,
+                key: b"key".to_vec(),
+                replaced: Replaced::Unknown,
+            }
+        );
+        assert!(HistoryEntry::decode(b"").is_err());
+        assert!(HistoryEntry::decode(b"\x04key").is_err());
+        // A chained entry cut short, and one naming a negative revision.
+        assert!(HistoryEntry::decode(&[PUT_CHAINED, 0, 0, 0]).is_err());
+        let mut negative = vec![PUT_CHAINED];
+        negative.extend_from_slice(&(-5i64).to_be_bytes());
+        negative.extend_from_slice(&[0; 8]);
+        assert!(HistoryEntry::decode(&negative).is_err());
     }
 }

@@ -11,7 +11,7 @@
 use rocksdb::WriteBatch;
 
 use super::encoding::{
-    escape_key, history_key, latest_value, split_latest_value, version_key, HistoryEntry,
+    escape_key, history_key, latest_value, split_latest_value, version_key, HistoryEntry, Replaced,
     StoredVersion,
 };
 use super::export::StoredChange;
@@ -105,9 +105,11 @@ impl Import<'_> {
         let store = self.store;
         let latest = store.cf(CF_LATEST)?;
         match change.version {
-            Some(_) => self
-                .batch
-                .put_cf(latest, &change.key, latest_value(change.main, &record)),
+            Some(_) => self.batch.put_cf(
+                latest,
+                &change.key,
+                latest_value(change.main, Some(change.sub), &record),
+            ),
             None => self.batch.delete_cf(latest, &change.key),
         }
         self.batch.put_cf(
@@ -115,9 +117,12 @@ impl Import<'_> {
             version_key(&escape_key(&change.key), change.main),
             record,
         );
+        // The snapshot file does not say which version a change replaced:
+        // compaction looks these keys' versions up.
         let event = HistoryEntry {
             deleted: change.version.is_none(),
             key: change.key.to_vec(),
+            replaced: Replaced::Unknown,
         };
         self.batch.put_cf(
             store.cf(CF_HISTORY)?,
@@ -171,8 +176,8 @@ impl Import<'_> {
         it.seek_to_first();
         let mut batch = WriteBatch::default();
         while let (Some(key), Some(raw)) = (it.key(), it.value()) {
-            let (_, record) = split_latest_value(raw)?;
-            if let StoredVersion::Live { lease, .. } = StoredVersion::decode(record)? {
+            let latest = split_latest_value(raw)?;
+            if let StoredVersion::Live { lease, .. } = StoredVersion::decode(latest.record)? {
                 if lease != 0 {
                     if store.lease_exists(lease)? {
                         store.stage_attachment(&mut batch, key, 0, lease)?;

@@ -34,7 +34,8 @@ impl RevisionStore {
             &[0],
             reader.revisions().current,
             |key, revision, record| {
-                batch.put_cf(latest, key, latest_value(revision, record));
+                // `kv` does not record sub revisions.
+                batch.put_cf(latest, key, latest_value(revision, None, record));
                 keys += 1;
                 if batch.len() >= KEYS_PER_BATCH {
                     self.db.write(std::mem::take(&mut batch))?;

@@ -25,7 +25,15 @@ use crate::proto::mvccpb::KeyValue;
 
 /// Pending changes of a write transaction not yet in RocksDB: user key to its new state
 /// (`None` once deleted). Reads inside the transaction see them over the store.
-pub type Overlay = BTreeMap<Bytes, Option<KeyValue>>;
+pub type Overlay = BTreeMap<Bytes, Option<PendingVersion>>;
+
+/// A version staged in an [`Overlay`], with its sub revision (which the next change of
+/// the key records as the version it replaced).
+#[derive(Clone, Debug)]
+pub struct PendingVersion {
+    pub kv: KeyValue,
+    pub sub: u32,
+}
 
 /// How many `next()` calls to spend skipping a key's older versions before seeking
 /// past them: cheap for keys with few versions, bounded for keys with many.
@@ -114,8 +122,8 @@ impl<'a> Reader<'a> {
         if range_end.is_empty() {
             let opts = self.read_options(None);
             if let Some(raw) = self.store.db.get_pinned_cf_opt(cf, key, &opts)? {
-                let (revision, record) = split_latest_value(&raw)?;
-                visit(key, revision, record)?;
+                let latest = split_latest_value(&raw)?;
+                visit(key, latest.mod_revision, latest.record)?;
             }
             return Ok(());
         }
@@ -128,9 +136,9 @@ impl<'a> Reader<'a> {
         let mut it = self.iterator(CF_LATEST, upper)?;
         it.seek(key);
         while let (Some(k), Some(raw)) = (it.key(), it.value()) {
-            let (revision, record) = split_latest_value(raw)?;
+            let latest = split_latest_value(raw)?;
             keys += 1;
-            if !visit(k, revision, record)? {
+            if !visit(k, latest.mod_revision, latest.record)? {
                 break;
             }
             it.next();
@@ -194,6 +202,19 @@ impl<'a> Reader<'a> {
         found
             .map(|raw| key_value(key, revision, &raw, true))
             .transpose()
+    }
+
+    /// The live version of `key` with its sub revision when `latest` records it: the
+    /// apply path's lookup of the version a change replaces.
+    pub fn get_current(&self, key: &[u8]) -> Result<Option<(KeyValue, Option<u32>)>, StoreError> {
+        let opts = self.read_options(None);
+        let cf = self.store.cf(CF_LATEST)?;
+        let Some(raw) = self.store.db.get_pinned_cf_opt(cf, key, &opts)? else {
+            return Ok(None);
+        };
+        let latest = split_latest_value(&raw)?;
+        let kv = key_value(key, latest.mod_revision, latest.record, true)?;
+        Ok(Some((kv, latest.sub)))
     }
 
     /// The version of `key` live at revision `at`, if any.
@@ -293,7 +314,7 @@ pub fn range(
     // Sorting by value needs values even when the response will carry none.
     let with_value =
         !req.keys_only || req.sort_target() == SortTarget::Value && sort_order != SortOrder::None;
-    let pending: Vec<(&Bytes, &Option<KeyValue>)> = overlay
+    let pending: Vec<(&Bytes, &Option<PendingVersion>)> = overlay
         .map(|o| {
             o.iter()
                 .filter(|(k, _)| in_range(k, &req.key, &req.range_end))
@@ -321,8 +342,8 @@ pub fn range(
         })?;
         for (key, state) in pending {
             match state {
-                Some(kv) => {
-                    merged.insert(key.clone(), kv.clone());
+                Some(pending) => {
+                    merged.insert(key.clone(), pending.kv.clone());
                 }
                 None => {
                     merged.remove(key);

@@ -63,6 +63,22 @@ impl Harness {
         })
     }
 
+    /// Applies `requests` in one batch, as the state machine applies a run of
+    /// committed entries, and leaves a compaction among them to be carried out.
+    pub(super) fn apply_batch(&mut self, requests: Vec<C>) {
+        let mut batch = self.store.begin_apply().unwrap();
+        for request in requests {
+            self.index += 1;
+            let command = Command {
+                auth_revision: 0,
+                auth_checked: false,
+                request: Some(request),
+            };
+            batch.command(&log_id(self.index), &command).unwrap();
+        }
+        batch.flush().unwrap();
+    }
+
     /// Applies a whole command (a client's carries the auth revision it was
     /// authorised at).
     pub(super) fn apply_command(&mut self, command: Command) -> R {

@@ -17,12 +17,13 @@ use quantykube_raft::{LogId, StoredMembership};
 use rocksdb::WriteBatch;
 
 use super::encoding::{
-    escape_key, history_key, latest_value, version_key, HistoryEntry, StoredVersion,
+    escape_key, history_key, latest_value, replaced_bytes, version_key, ChangeId, HistoryEntry,
+    Replaced, StoredVersion,
 };
 use super::feed::Changes;
 use super::lease::LeaseRecord;
 use super::meta::{self, Revisions};
-use super::range::{self, Overlay, Reader};
+use super::range::{self, Overlay, PendingVersion, Reader};
 use super::txn::{self, Path};
 use super::{
     alarm, member_records, snapshot_records, RevisionStore, StoreError, CF_HISTORY, CF_KV,
@@ -45,6 +46,13 @@ use crate::proto::mvccpb::{Event, KeyValue};
 
 /// The result of applying a command, as returned to the node that proposed it.
 pub type WriteOutcome = CommandResult;
+
+/// A key's live version as the apply path reads it, with its sub revision when known:
+/// what the next change of the key replaces.
+struct Live {
+    kv: KeyValue,
+    sub: Option<u32>,
+}
 
 /// Changes staged and not yet visible to readers, with the counters after them.
 struct Staged {
@@ -103,11 +111,18 @@ impl<'a> WriteTxn<'a> {
         }
     }
 
-    fn latest(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
-        match self.staged.overlay.get(key) {
-            Some(state) => Ok(state.clone()),
-            None => self.reader.get(key, self.revisions.current),
-        }
+    /// `key`'s live version, staged or stored, with its sub revision when known.
+    fn latest(&self, key: &[u8]) -> Result<Option<Live>, StoreError> {
+        Ok(match self.staged.overlay.get(key) {
+            Some(state) => state.as_ref().map(|pending| Live {
+                kv: pending.kv.clone(),
+                sub: Some(pending.sub),
+            }),
+            None => self
+                .reader
+                .get_current(key)?
+                .map(|(kv, sub)| Live { kv, sub }),
+        })
     }
 
     fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
@@ -125,10 +140,23 @@ impl<'a> WriteTxn<'a> {
         &mut self,
         key: Bytes,
         state: Option<KeyValue>,
-        prev: Option<KeyValue>,
+        prev: Option<Live>,
     ) -> Result<(), StoreError> {
         let revision = self.pending_revision();
+        let sub = self.changes;
         let escaped = escape_key(&key);
+        let replaced = match &prev {
+            None => Replaced::Nothing,
+            Some(Live { kv, sub: Some(sub) }) => Replaced::Version {
+                written: ChangeId {
+                    main: kv.mod_revision,
+                    sub: *sub,
+                },
+                bytes: replaced_bytes(key.len(), escaped.len(), kv.value.len()),
+            },
+            Some(Live { sub: None, .. }) => Replaced::Unknown,
+        };
+        let prev = prev.map(|live| live.kv);
         let record = match &state {
             Some(kv) => StoredVersion::Live {
                 create_revision: kv.create_revision,
@@ -147,10 +175,11 @@ impl<'a> WriteTxn<'a> {
         )?;
         let latest = self.store.cf(CF_LATEST)?;
         match &state {
-            Some(_) => self
-                .staged
-                .batch
-                .put_cf(latest, &key, latest_value(revision, &record)),
+            Some(_) => {
+                self.staged
+                    .batch
+                    .put_cf(latest, &key, latest_value(revision, Some(sub), &record))
+            }
             None => self.staged.batch.delete_cf(latest, &key),
         }
         self.staged.batch.put_cf(
@@ -161,10 +190,11 @@ impl<'a> WriteTxn<'a> {
         let event = HistoryEntry {
             deleted: state.is_none(),
             key: key.to_vec(),
+            replaced,
         };
         self.staged.batch.put_cf(
             self.store.cf(CF_HISTORY)?,
-            history_key(revision, self.changes),
+            history_key(revision, sub),
             event.encode(),
         );
         self.changes += 1;
@@ -185,13 +215,16 @@ impl<'a> WriteTxn<'a> {
                 prev_kv: prev,
             },
         });
-        self.staged.overlay.insert(key, state);
+        self.staged
+            .overlay
+            .insert(key, state.map(|kv| PendingVersion { kv, sub }));
         Ok(())
     }
 
     fn put(&mut self, req: &PutRequest) -> Result<PutResponse, StoreError> {
-        let prev = self.latest(&req.key)?;
-        let (value, lease) = match (&prev, req.ignore_value || req.ignore_lease) {
+        let live = self.latest(&req.key)?;
+        let prev = live.as_ref().map(|live| &live.kv);
+        let (value, lease) = match (prev, req.ignore_value || req.ignore_lease) {
             (None, true) => return Err(StoreError::KeyNotFound),
             (prev, _) => (
                 match prev {
@@ -207,16 +240,17 @@ impl<'a> WriteTxn<'a> {
         let revision = self.pending_revision();
         let kv = KeyValue {
             key: req.key.clone(),
-            create_revision: prev.as_ref().map_or(revision, |p| p.create_revision),
+            create_revision: prev.map_or(revision, |p| p.create_revision),
             mod_revision: revision,
-            version: prev.as_ref().map_or(1, |p| p.version + 1),
+            version: prev.map_or(1, |p| p.version + 1),
             value,
             lease,
         };
-        self.stage(req.key.clone(), Some(kv), prev.clone())?;
+        let prev_kv = if req.prev_kv { prev.cloned() } else { None };
+        self.stage(req.key.clone(), Some(kv), live)?;
         Ok(PutResponse {
             header: Some(header(self.visible_revision())),
-            prev_kv: if req.prev_kv { prev } else { None },
+            prev_kv,
         })
     }
 
@@ -230,7 +264,12 @@ impl<'a> WriteTxn<'a> {
             ..Default::default()
         })?;
         for kv in &doomed.kvs {
-            self.stage(kv.key.clone(), None, Some(kv.clone()))?;
+            // A range does not read sub revisions: compaction looks these versions up.
+            let live = Live {
+                kv: kv.clone(),
+                sub: None,
+            };
+            self.stage(kv.key.clone(), None, Some(live))?;
         }
         Ok(DeleteRangeResponse {
             header: Some(header(self.visible_revision())),
@@ -281,7 +320,9 @@ impl<'a> WriteTxn<'a> {
         let attached = self.store.lease_keys(req.id)?;
         for key in &attached {
             match self.latest(key)? {
-                Some(kv) if kv.lease == req.id => self.stage(key.clone(), None, Some(kv))?,
+                Some(live) if live.kv.lease == req.id => {
+                    self.stage(key.clone(), None, Some(live))?
+                }
                 // Never so while attachments follow their keys; removed below anyway.
                 _ => {}
             }
