@@ -208,11 +208,11 @@ async fn catch_up(store: &Arc<RevisionStore>, offload: Offload) -> Result<(), Wo
     Ok(())
 }
 
-/// Stages the deletions one change (`entry`, under history key `raw_key`, the two
-/// `held` bytes) makes possible without a read: the version it replaced with that version's history entry,
-/// and when it is a deletion its own version (and its entry below `to`: the compacted
-/// revision's own events stay, see the module doc). Answers about how many bytes they
-/// held.
+/// Stages the deletions that one change makes possible without a read (`entry`, stored
+/// under history key `raw_key` in `held` bytes): the version it replaced, with that
+/// version's history entry, and when it is a deletion its own version (with its entry
+/// below `to`: the compacted revision's own events stay, see the module doc). Answers
+/// about how many bytes they held.
 ///
 /// The replaced version is never one a read at or above `to` can see: the change
 /// replaced it at a revision no later than `to`. Deleting what an earlier step or pass
@@ -225,26 +225,30 @@ fn drop_replaced(
     held: u64,
     to: i64,
 ) -> Result<u64, StoreError> {
-    let (revision, _) = split_history_key(raw_key)?;
+    let replaced = match entry.replaced {
+        Replaced::Version { written, bytes } => Some((written, bytes)),
+        Replaced::Nothing | Replaced::Unknown => None,
+    };
+    if replaced.is_none() && !entry.deleted {
+        return Ok(0);
+    }
     let kv = store.cf(CF_KV)?;
+    let history = store.cf(CF_HISTORY)?;
+    let escaped = escape_key(&entry.key);
     let mut deleted_bytes = 0u64;
-    let escaped = (entry.deleted || matches!(entry.replaced, Replaced::Version { .. }))
-        .then(|| escape_key(&entry.key));
-    if let (Replaced::Version { written, bytes }, Some(escaped)) = (entry.replaced, &escaped) {
-        batch.delete_cf(kv, version_key(escaped, written.main));
-        batch.delete_cf(
-            store.cf(CF_HISTORY)?,
-            history_key(written.main, written.sub),
-        );
+    if let Some((written, bytes)) = replaced {
+        batch.delete_cf(kv, version_key(&escaped, written.main));
+        batch.delete_cf(history, history_key(written.main, written.sub));
         deleted_bytes += u64::from(bytes);
     }
-    if let (true, Some(escaped)) = (entry.deleted, &escaped) {
-        let version = version_key(escaped, revision);
+    if entry.deleted {
+        let (revision, _) = split_history_key(raw_key)?;
+        let version = version_key(&escaped, revision);
         // A tombstone's record is one byte.
         deleted_bytes += version.len() as u64 + 1;
         batch.delete_cf(kv, version);
         if revision < to {
-            batch.delete_cf(store.cf(CF_HISTORY)?, raw_key);
+            batch.delete_cf(history, raw_key);
             deleted_bytes += held;
         }
     }
