@@ -278,9 +278,11 @@ pub fn kv_bounds(key: &[u8], range_end: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
     (lower, upper)
 }
 
+const HISTORY_KEY_LEN: usize = REVISION_LEN + SUB_LEN;
+
 /// `history` key of the change at (`main`, `sub`).
-pub fn history_key(main: i64, sub: u32) -> [u8; 12] {
-    let mut out = [0u8; 12];
+pub fn history_key(main: i64, sub: u32) -> [u8; HISTORY_KEY_LEN] {
+    let mut out = [0u8; HISTORY_KEY_LEN];
     out[..8].copy_from_slice(&(main as u64).to_be_bytes());
     out[8..].copy_from_slice(&sub.to_be_bytes());
     out
@@ -288,7 +290,7 @@ pub fn history_key(main: i64, sub: u32) -> [u8; 12] {
 
 /// The (main, sub) revision of a `history` key.
 pub fn split_history_key(raw: &[u8]) -> Result<(i64, u32), StoreError> {
-    let raw: &[u8; 12] = raw
+    let raw: &[u8; HISTORY_KEY_LEN] = raw
         .try_into()
         .map_err(|_| StoreError::corrupt("bad history key length"))?;
     let (main, sub) = raw.split_at(REVISION_LEN);
@@ -420,8 +422,13 @@ pub enum Replaced {
 /// About how many bytes a live version of a key takes in `kv` and `history`: its
 /// version key and record (`escaped_len`, `value_len`), and its history key and entry.
 pub fn replaced_bytes(key_len: usize, escaped_len: usize, value_len: usize) -> u32 {
-    let bytes =
-        escaped_len + REVISION_LEN + LIVE_HEADER + value_len + 12 + CHAINED_HEADER + key_len;
+    let bytes = escaped_len
+        + REVISION_LEN
+        + LIVE_HEADER
+        + value_len
+        + HISTORY_KEY_LEN
+        + CHAINED_HEADER
+        + key_len;
     u32::try_from(bytes).unwrap_or(u32::MAX)
 }
 
