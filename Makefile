@@ -19,11 +19,12 @@ cluster: build
 
 ## Runs every test: unit, integration (real processes, etcd-client, etcdctl, etcd 3.4),
 ## the simulation, the Docker tests (image, compose, chaos; skipped without Docker) and
-## the Helm chart rendered and validated.
+## the Helm chart rendered and validated, and the benchmark report's own scripts.
 test: deps
 	cargo test --workspace --all-targets -- --test-threads=2
 	./tests/helm/run.sh
 	./tests/python/run.sh
+	python3 -m unittest discover -s deploy/bench -p '*_test.py'
 
 ## fmt, clippy, and our own .proto files against the API style guide (tools/proto-lint;
 ## etcd's protos under proto/etcd are etcd's and exempt).

@@ -5,7 +5,9 @@
 # RSS of each after loading 1 000 000 keys, and a sustained run of 5 000 000 puts over
 # 1 000 000 keys compacted every 10 000 revisions (throughput and p99 per 5 s window,
 # drawn as charts into docs/img/benchmarks by charts.py). Writes the results as JSON under
-# $OUT (default /var/tmp/qk-bench-results) and renders docs/benchmarks.md from them.
+# $OUT (default /var/tmp/qk-bench-results) and renders docs/benchmarks.md from them; a
+# full run (no RUNS, QUICK, TLS, SYSTEMS or QK_SERVER) also appends its figures to
+# deploy/bench/full-runs.jsonl, whose last three runs the page compares.
 #
 # Usage: deploy/bench/compare.sh            # everything (about 35 minutes)
 #        QUICK=1 deploy/bench/compare.sh    # 3-second runs and 20 000 keys: a smoke run
@@ -25,6 +27,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ./deploy/local/install-deps.sh
 QK=${QK:-$(./deploy/bench/build-release.sh)}
+# A full run of this tree's build is recorded in deploy/bench/full-runs.jsonl under its
+# commit ("+changes" when the code differs from it), for the variance table.
+RECORD_AS=
+if [ -z "${QK_SERVER:-}" ] && [ -z "${RUNS:-}${QUICK:-}${TLS:-}" ] && [ -z "${SYSTEMS:-}" ]; then
+  RECORD_AS=$(git rev-parse --short HEAD)
+  git diff --quiet HEAD -- . ':!docs' ':!deploy/bench/full-runs.jsonl' || RECORD_AS+="+changes"
+fi
 QK_SERVER=${QK_SERVER:-$QK}
 if [ -n "${TLS:-}" ]; then OUT=${OUT:-/var/tmp/qk-bench-results-tls}; else OUT=${OUT:-/var/tmp/qk-bench-results}; fi
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/qk-compare.XXXXXX")
@@ -147,6 +156,7 @@ if [ ! -x "$CHARTS_VENV/bin/python" ] || ! "$CHARTS_VENV/bin/python" -c 'import 
   "$CHARTS_VENV/bin/pip" install -q -r deploy/bench/charts-requirements.txt
 fi
 "$CHARTS_VENV/bin/python" deploy/bench/charts.py "$OUT" docs/img/benchmarks
-python3 deploy/bench/render-report.py "$OUT" <docs/benchmarks.md >docs/benchmarks.md.new
+python3 deploy/bench/render-report.py "$OUT" ${RECORD_AS:+--record "$RECORD_AS"} \
+  <docs/benchmarks.md >docs/benchmarks.md.new
 mv docs/benchmarks.md.new docs/benchmarks.md
 echo "wrote docs/benchmarks.md (raw results in $OUT)" >&2

@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
 """Renders the side-by-side tables of docs/benchmarks.md from compare.sh's JSON.
 
-Usage: render-report.py RESULTS_DIR < docs/benchmarks.md > new.md
+Usage: render-report.py RESULTS_DIR [--record BUILD] < docs/benchmarks.md > new.md
 
 Replaces what lies between the `<!-- compare.sh:begin -->` and `<!-- compare.sh:end -->`
 markers with the tables (appending them if the markers are missing) and leaves the
-hand-written findings around them alone.
+hand-written findings around them alone. With --record (compare.sh passes it after a
+full run), the run's figures are first appended to deploy/bench/full-runs.jsonl, whose
+last three runs the page's variance table shows (full_runs.py).
 """
+import datetime
 import json
 import os
 import platform
 import subprocess
 import sys
 
+import full_runs
+
 BEGIN, END = "<!-- compare.sh:begin -->", "<!-- compare.sh:end -->"
 # Where charts.py draws the charts this page embeds (relative to the repository root).
 IMAGES = os.path.join("docs", "img", "benchmarks")
+FULL_RUNS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "full-runs.jsonl")
 RUNS = [
     ("put-1", "put, 1 client, 1 connection"),
     ("put-10", "put, 10 clients, 10 connections"),
@@ -160,6 +166,7 @@ def render(results):
     out.append(f"| disk, MiB (3 members) | {num(mib(e_disk))} | {num(mib(q_disk))} | "
                f"{ratio(mib(q_disk), mib(e_disk), False)} |")
     out.extend(sustained(results))
+    out.extend(full_runs.table(full_runs.load(FULL_RUNS)))
     out.extend(["", END])
     return "\n".join(out)
 
@@ -213,8 +220,43 @@ def sustained(results):
     return out
 
 
+def figures(results):
+    """What full-runs.jsonl keeps of one run: each system's figures per workload."""
+    workloads = {}
+    for run, _ in RUNS:
+        for system in ("etcd", "quantykube"):
+            r = load(results, system, run)
+            if not usable(r):
+                continue
+            if run == "watch":
+                latency = r.get("delivery_latency_ms", {})
+                got = {"throughput": r.get("events_per_second")}
+            else:
+                latency = r.get("latency_ms", {})
+                got = {"throughput": r.get("throughput"),
+                       "cpu_us": cpu_per_op_us(results, system, run, r)}
+            got.update(p50=latency.get("p50"), p99=latency.get("p99"))
+            workloads.setdefault(run, {})[system] = got
+    for system in ("etcd", "quantykube"):
+        r = load(results, system, "sustained")
+        if usable(r):
+            first, last = tenths(r.get("timeline"))
+            workloads.setdefault("sustained", {})[system] = {
+                "throughput": r["throughput"], "p99": r["latency_ms"]["p99"],
+                "first_tenth": first, "last_tenth": last}
+        for kind in ("rss", "disk"):
+            kib = read(results, f"{system}-{kind}-kib.txt")
+            if kib:
+                workloads.setdefault(kind, {})[system] = {"mib": float(kib) / 1024}
+    return workloads
+
+
 def main():
     results = sys.argv[1]
+    if sys.argv[2:3] == ["--record"]:
+        full_runs.append(FULL_RUNS, {"build": sys.argv[3],
+                                     "date": datetime.date.today().isoformat(),
+                                     "workloads": figures(results)})
     page = sys.stdin.read()
     generated = render(results)
     if BEGIN in page and END in page:
