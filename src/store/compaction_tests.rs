@@ -382,3 +382,81 @@ fn a_pass_leaves_exactly_what_etcd_keeps_from_entries_old_and_new() {
         }
     }
 }
+
+/// Each history entry's `replaced`, in revision order, with the entry's key.
+fn replaced_by_entry(store: &RevisionStore) -> Vec<(String, encoding::Replaced)> {
+    entries(store, CF_HISTORY)
+        .iter()
+        .map(|(_, raw)| {
+            let entry = encoding::HistoryEntry::decode(raw).unwrap();
+            (String::from_utf8(entry.key).unwrap(), entry.replaced)
+        })
+        .collect()
+}
+
+#[test]
+fn changes_name_the_version_they_replaced_but_a_range_deletion() {
+    use encoding::{ChangeId, Replaced};
+    let version = |main, sub, key: &str, value: &str| Replaced::Version {
+        written: ChangeId { main, sub },
+        bytes: encoding::replaced_bytes(
+            key.len(),
+            encoding::escape_key(key.as_bytes()).len(),
+            value.len(),
+        ),
+    };
+    let put = |key: &str, value: &str| {
+        Op::RequestPut(PutRequest {
+            key: b(key),
+            value: b(value),
+            ..Default::default()
+        })
+    };
+    let delete = |key: &str| {
+        Op::RequestDeleteRange(DeleteRangeRequest {
+            key: b(key),
+            ..Default::default()
+        })
+    };
+    let txn = |ops: Vec<Op>| {
+        C::Txn(TxnRequest {
+            success: ops
+                .into_iter()
+                .map(|request| RequestOp {
+                    request: Some(request),
+                })
+                .collect(),
+            ..Default::default()
+        })
+    };
+    let mut h = Harness::new();
+    h.put("a", "1"); // 2
+    h.apply(txn(vec![put("b", "22"), put("a", "333")])); // 3.0, 3.1
+    h.apply(C::DeleteRange(DeleteRangeRequest {
+        key: b("a"),
+        ..Default::default()
+    })); // 4
+    h.apply(txn(vec![put("c", "4"), delete("c"), delete("b")])); // 5.0-5.2
+    h.put("d", "5"); // 6
+    h.apply(C::DeleteRange(DeleteRangeRequest {
+        key: b("a"),
+        range_end: b("z"),
+        ..Default::default()
+    })); // 7: d
+    assert_eq!(
+        replaced_by_entry(&h.store),
+        [
+            ("a".into(), Replaced::Nothing),
+            ("b".into(), Replaced::Nothing),
+            ("a".into(), version(2, 0, "a", "1")),
+            // A single key's deletion, from `latest` and from the batch's staged changes.
+            ("a".into(), version(3, 1, "a", "333")),
+            ("c".into(), Replaced::Nothing),
+            ("c".into(), version(5, 0, "c", "4")),
+            ("b".into(), version(3, 0, "b", "22")),
+            ("d".into(), Replaced::Nothing),
+            // A range's deletions do not know the sub revision: compaction looks them up.
+            ("d".into(), Replaced::Unknown),
+        ]
+    );
+}

@@ -258,23 +258,35 @@ impl<'a> WriteTxn<'a> {
         &mut self,
         req: &DeleteRangeRequest,
     ) -> Result<DeleteRangeResponse, StoreError> {
-        let doomed = self.range(&RangeRequest {
-            key: req.key.clone(),
-            range_end: req.range_end.clone(),
-            ..Default::default()
-        })?;
-        for kv in &doomed.kvs {
-            // A range does not read sub revisions: compaction looks these versions up.
-            let live = Live {
-                kv: kv.clone(),
-                sub: None,
-            };
-            self.stage(kv.key.clone(), None, Some(live))?;
+        // One key (the Kubernetes API server's deletes) is read as a put reads it, with
+        // the sub revision compaction needs to drop the version without looking it up.
+        // A range does not read sub revisions: compaction looks those versions up.
+        let doomed: Vec<Live> = if req.range_end.is_empty() {
+            self.latest(&req.key)?.into_iter().collect()
+        } else {
+            let found = self.range(&RangeRequest {
+                key: req.key.clone(),
+                range_end: req.range_end.clone(),
+                ..Default::default()
+            })?;
+            found
+                .kvs
+                .into_iter()
+                .map(|kv| Live { kv, sub: None })
+                .collect()
+        };
+        let deleted = i64::try_from(doomed.len()).unwrap_or(i64::MAX);
+        let mut prev_kvs = Vec::new();
+        for live in doomed {
+            if req.prev_kv {
+                prev_kvs.push(live.kv.clone());
+            }
+            self.stage(live.kv.key.clone(), None, Some(live))?;
         }
         Ok(DeleteRangeResponse {
             header: Some(header(self.visible_revision())),
-            deleted: i64::try_from(doomed.kvs.len()).unwrap_or(i64::MAX),
-            prev_kvs: if req.prev_kv { doomed.kvs } else { Vec::new() },
+            deleted,
+            prev_kvs,
         })
     }
 
