@@ -249,6 +249,19 @@ fn kept_by_a_pass(kv: &Entries, history: &Entries, to: i64) -> (Entries, Entries
     (kept_kv, kept_history)
 }
 
+/// A transaction whose success branch runs `ops` in order.
+fn txn(ops: Vec<Op>) -> C {
+    C::Txn(TxnRequest {
+        success: ops
+            .into_iter()
+            .map(|request| RequestOp {
+                request: Some(request),
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
 /// Client writes over ten keys, in batches of one to four commands: puts (some with a
 /// lease), transactions putting up to three keys (changes at sub revisions above 0),
 /// deletions of one key and of ranges, lease grants and revocations.
@@ -284,15 +297,7 @@ fn write_mix(h: &mut Harness, state: &mut u64, commands: usize) {
                     if next(2) == 0 {
                         ops.push(put(first + 2));
                     }
-                    C::Txn(TxnRequest {
-                        success: ops
-                            .into_iter()
-                            .map(|request| RequestOp {
-                                request: Some(request),
-                            })
-                            .collect(),
-                        ..Default::default()
-                    })
+                    txn(ops)
                 }
                 6 => C::DeleteRange(DeleteRangeRequest {
                     key: key(next(10)),
@@ -415,17 +420,6 @@ fn changes_name_the_version_they_replaced_but_a_range_deletion() {
     let delete = |key: &str| {
         Op::RequestDeleteRange(DeleteRangeRequest {
             key: b(key),
-            ..Default::default()
-        })
-    };
-    let txn = |ops: Vec<Op>| {
-        C::Txn(TxnRequest {
-            success: ops
-                .into_iter()
-                .map(|request| RequestOp {
-                    request: Some(request),
-                })
-                .collect(),
             ..Default::default()
         })
     };
