@@ -639,6 +639,10 @@ where
         node.store().clone(),
         node.offload(),
     ));
+    let latest_upkeep = tokio::spawn(store::run_latest_upkeep(
+        node.store().clone(),
+        node.offload(),
+    ));
     let corruption_check = tokio::spawn(crate::corruption::run_periodic(
         node.clone(),
         config.corrupt_check_time,
@@ -729,6 +733,7 @@ where
     }
     quota_watch.abort();
     physical_compaction.abort();
+    latest_upkeep.abort();
     corruption_check.abort();
     if let Some((recorder, checker)) = compaction_hash_check {
         recorder.abort();

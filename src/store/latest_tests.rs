@@ -1,7 +1,9 @@
-//! `latest`'s memtable under scans of keys written many times: a scan that steps over
-//! more overwritten entries than it returns keys asks for a flush (`latest.rs`,
-//! `flush_latest_if_crowded`), and the scan's answer never changes with it.
+//! `latest` under scans of keys written many times: a scan that steps over more
+//! overwritten entries than it returns keys asks for a flush when the memtable holds
+//! them, for a compaction of its range when L0 files do (`latest.rs`,
+//! `tidy_latest_if_crowded`), and the scan's answer never changes with either.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +38,22 @@ fn scan(h: &Harness) -> Vec<(Bytes, Bytes, i64)> {
         .into_iter()
         .map(|kv| (kv.key, kv.value, kv.mod_revision))
         .collect()
+}
+
+/// The scan's entries and how many overwritten entries it stepped over.
+fn scan_counting_hidden(h: &Harness) -> (Vec<(Bytes, Bytes, i64)>, u64) {
+    let hidden = super::latest::HiddenEntries::start();
+    let entries = scan(h);
+    (entries, hidden.count())
+}
+
+fn l0_files(store: &RevisionStore) -> u64 {
+    let latest = store.cf(CF_LATEST).unwrap();
+    store
+        .db
+        .property_int_value_cf(latest, "rocksdb.num-files-at-level0")
+        .unwrap()
+        .unwrap()
 }
 
 fn write_rounds(h: &mut Harness, rounds: usize) {
@@ -95,10 +113,89 @@ fn a_scan_over_keys_written_once_leaves_the_memtable_alone() {
     let entries = active_memtable_entries(&h.store);
     assert_eq!(scan(&h).len(), KEYS);
     assert_not_flushed(&h.store, entries);
+    assert!(!h.store.compact_latest_where_wanted().unwrap());
 }
 
 #[test]
-fn deletions_in_files_do_not_flush_the_memtable_again_and_again() {
+fn overwrites_in_l0_files_get_the_scanned_range_compacted_and_read_the_same() {
+    let mut h = Harness::new();
+    let store = Arc::clone(&h.store);
+    let latest = store.cf(CF_LATEST).unwrap();
+    // As after compare.sh's txn-cas: each flush left a file with a version of every
+    // key, fewer files than RocksDB's trigger, and a memtable holding fewer entries than
+    // the scan steps over.
+    for _ in 0..3 {
+        write_rounds(&mut h, 1);
+        store.db.flush_cf(latest).unwrap();
+    }
+    write_rounds(&mut h, 1);
+    assert_eq!(l0_files(&h.store), 3);
+    let (before, hidden) = scan_counting_hidden(&h);
+    assert_eq!(before.len(), KEYS);
+    assert!(hidden >= 3 * KEYS as u64, "{hidden} hidden");
+    assert_not_flushed(&h.store, KEYS as u64);
+    // The upkeep worker's turn: one compaction, and none asked for again.
+    assert!(h.store.compact_latest_where_wanted().unwrap());
+    assert!(!h.store.compact_latest_where_wanted().unwrap());
+    assert_eq!(l0_files(&h.store), 0);
+    assert_eq!(active_memtable_entries(&h.store), 0);
+    // RocksDB counts each step to the next key as one skipped entry: none is hidden.
+    assert_eq!(scan_counting_hidden(&h), (before, KEYS as u64));
+    assert!(!h.store.compact_latest_where_wanted().unwrap());
+}
+
+#[test]
+fn scans_while_the_worker_compacts_ask_for_nothing_more() {
+    let mut h = Harness::new();
+    let store = Arc::clone(&h.store);
+    let latest = store.cf(CF_LATEST).unwrap();
+    for _ in 0..3 {
+        write_rounds(&mut h, 1);
+        store.db.flush_cf(latest).unwrap();
+    }
+    store
+        .latest_upkeep
+        .compacting
+        .store(true, Ordering::Release);
+    assert_eq!(scan(&h).len(), KEYS);
+    assert!(!store.compact_latest_where_wanted().unwrap());
+    store
+        .latest_upkeep
+        .compacting
+        .store(false, Ordering::Release);
+    assert_eq!(scan(&h).len(), KEYS);
+    assert!(store.compact_latest_where_wanted().unwrap());
+    assert_eq!(l0_files(&store), 0);
+}
+
+#[test]
+fn crowded_scans_before_the_worker_runs_get_their_ranges_compacted_together() {
+    let upkeep = super::latest::LatestUpkeep::default();
+    let wanted = |upkeep: &super::latest::LatestUpkeep| upkeep.wanted.lock().unwrap().clone();
+    upkeep.want_compacted(b"k5", Some(b"k7"));
+    assert_eq!(
+        wanted(&upkeep),
+        Some((b"k5".to_vec(), Some(b"k7".to_vec())))
+    );
+    upkeep.want_compacted(b"k2", Some(b"k3"));
+    assert_eq!(
+        wanted(&upkeep),
+        Some((b"k2".to_vec(), Some(b"k7".to_vec())))
+    );
+    upkeep.want_compacted(b"k6", Some(b"k9"));
+    assert_eq!(
+        wanted(&upkeep),
+        Some((b"k2".to_vec(), Some(b"k9".to_vec())))
+    );
+    // No end: to the last key.
+    upkeep.want_compacted(b"k8", None);
+    assert_eq!(wanted(&upkeep), Some((b"k2".to_vec(), None)));
+    upkeep.want_compacted(b"k1", Some(b"k2"));
+    assert_eq!(wanted(&upkeep), Some((b"k1".to_vec(), None)));
+}
+
+#[test]
+fn deletions_in_files_get_the_range_compacted_not_the_memtable_flushed() {
     let mut h = Harness::new();
     let deleted = 400;
     for key in 0..deleted {
@@ -109,16 +206,18 @@ fn deletions_in_files_do_not_flush_the_memtable_again_and_again() {
     h.store.db.flush_cf(latest).unwrap();
     h.put("k500", "live");
     // The scan steps over the deletions in the flushed file to return one key; a flush
-    // of the memtable (one entry) would not help.
-    let hidden = super::latest::HiddenEntries::start();
-    assert_eq!(scan(&h).len(), 1);
-    assert!(hidden.count() >= deleted, "{} hidden", hidden.count());
-    drop(hidden);
+    // of the memtable (one entry) would not help, a compaction drops them.
+    let (before, hidden) = scan_counting_hidden(&h);
+    assert_eq!(before.len(), 1);
+    assert!(hidden >= deleted, "{hidden} hidden");
     assert_not_flushed(&h.store, 1);
+    assert!(h.store.compact_latest_where_wanted().unwrap());
+    assert_eq!(scan_counting_hidden(&h), (before, 1));
+    assert!(!h.store.compact_latest_where_wanted().unwrap());
 }
 
 #[test]
-fn no_flush_is_asked_for_while_latest_waits_for_a_compaction() {
+fn nothing_is_asked_for_while_latest_waits_for_a_compaction() {
     let mut h = Harness::new();
     let store = Arc::clone(&h.store);
     let latest = store.cf(CF_LATEST).unwrap();
@@ -136,6 +235,7 @@ fn no_flush_is_asked_for_while_latest_waits_for_a_compaction() {
     let entries = active_memtable_entries(&h.store);
     assert_eq!(scan(&h).len(), KEYS);
     assert_not_flushed(&h.store, entries);
+    assert!(!h.store.compact_latest_where_wanted().unwrap());
 }
 
 #[test]
@@ -145,7 +245,7 @@ fn a_scan_while_another_asks_for_the_flush_goes_on_without_asking() {
     let entries = active_memtable_entries(&h.store);
     {
         // Another scan is deciding: this one must neither wait for it nor ask too.
-        let _other = h.store.latest_flush_asking.lock().unwrap();
+        let _other = h.store.latest_upkeep.asking.lock().unwrap();
         assert_eq!(scan(&h).len(), KEYS);
         assert_not_flushed(&h.store, entries);
     }

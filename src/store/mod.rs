@@ -38,6 +38,7 @@ pub use alarm::{alarm_name, alarm_text, quota_cost};
 pub use auth::AuthRecords;
 pub use compaction::{run as run_physical_compaction, CompactionPass};
 pub use hash::KvHash;
+pub use latest::run as run_latest_upkeep;
 
 use std::sync::Arc;
 
@@ -69,8 +70,8 @@ pub const STORE_COLUMN_FAMILIES: &[&str] = &[CF_KV, CF_HISTORY, CF_LATEST, CF_ME
 /// L0 files `kv` and `history` gather before RocksDB compacts them (its default is 4).
 const L0_FILES_BEFORE_COMPACTION: i32 = 16;
 /// L0 files `latest` gathers before RocksDB compacts it: RocksDB's default, kept because
-/// every current read scans it. A crowded scan asks for no flush at this count
-/// (`latest.rs`).
+/// every current read scans it. A crowded scan asks for neither a flush nor a
+/// compaction at this count (`latest.rs`).
 pub(super) const LATEST_L0_FILES_BEFORE_COMPACTION: i32 = 4;
 
 /// The revision store's RocksDB (the raft log has one of its own: src/disk.rs).
@@ -184,8 +185,8 @@ pub struct RevisionStore {
     auth: auth::AuthCache,
     /// Stops two defragmentations from running at once (`defrag`).
     defrag_lock: std::sync::Mutex<()>,
-    /// Held while a scan decides on and asks for a flush of `latest` (`latest`).
-    latest_flush_asking: std::sync::Mutex<()>,
+    /// Crowded scans' asks for a flush or a compaction of `latest` (`latest`).
+    latest_upkeep: latest::LatestUpkeep,
     /// Bytes compaction deleted since the last defragmentation (`defrag`).
     reclaimable_bytes: std::sync::atomic::AtomicU64,
     /// The size the quota checks last read (`size`).
@@ -217,7 +218,7 @@ impl RevisionStore {
             alarms: alarm::AlarmCache::default(),
             auth: auth::AuthCache::default(),
             defrag_lock: std::sync::Mutex::default(),
-            latest_flush_asking: std::sync::Mutex::default(),
+            latest_upkeep: latest::LatestUpkeep::default(),
             reclaimable_bytes: std::sync::atomic::AtomicU64::default(),
             size_sample: size::SizeSample::default(),
             compaction_wake: tokio::sync::Notify::new(),

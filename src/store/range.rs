@@ -144,7 +144,8 @@ impl<'a> Reader<'a> {
             it.next();
         }
         let status = it.status().map_err(StoreError::from);
-        self.store.flush_latest_if_crowded(hidden.count(), keys);
+        self.store
+            .tidy_latest_if_crowded(hidden.count(), keys, key, range_end);
         status
     }
 
