@@ -57,9 +57,9 @@ impl RevisionStore {
     }
 }
 
-/// Hidden entries a scan of `latest` may step over per key it returns before the
-/// memtable is flushed...
-const HIDDEN_PER_KEY_BEFORE_FLUSH: u64 = 2;
+/// Hidden entries a scan of `latest` may step over per key it returns before they are
+/// cleared out (one overwritten version of every key, on average)...
+const HIDDEN_PER_KEY_BEFORE_FLUSH: u64 = 1;
 /// ... and in all: a short scan, or a few overwritten keys, is not worth a flush.
 const HIDDEN_BEFORE_FLUSH: u64 = 256;
 
@@ -85,9 +85,13 @@ impl HiddenEntries {
         HiddenEntries { context, before }
     }
 
-    /// The entries stepped over since `start`.
-    pub(super) fn count(&self) -> u64 {
-        skipped(&self.context).saturating_sub(self.before)
+    /// The entries stepped over since `start` by an iterator moved `steps` times with
+    /// `next`. RocksDB counts each step as one skipped entry (the key it leaves, in
+    /// `DBIter::Next`), hidden or not; those are not hidden entries.
+    pub(super) fn count(&self, steps: u64) -> u64 {
+        skipped(&self.context)
+            .saturating_sub(self.before)
+            .saturating_sub(steps)
     }
 }
 

@@ -40,11 +40,13 @@ fn scan(h: &Harness) -> Vec<(Bytes, Bytes, i64)> {
         .collect()
 }
 
-/// The scan's entries and how many overwritten entries it stepped over.
+/// The scan's entries and how many overwritten entries it stepped over (the scan moves
+/// its iterator once per key it returns).
 fn scan_counting_hidden(h: &Harness) -> (Vec<(Bytes, Bytes, i64)>, u64) {
     let hidden = super::latest::HiddenEntries::start();
     let entries = scan(h);
-    (entries, hidden.count())
+    let hidden = hidden.count(entries.len() as u64);
+    (entries, hidden)
 }
 
 fn l0_files(store: &RevisionStore) -> u64 {
@@ -139,8 +141,7 @@ fn overwrites_in_l0_files_get_the_scanned_range_compacted_and_read_the_same() {
     assert!(!h.store.compact_latest_where_wanted().unwrap());
     assert_eq!(l0_files(&h.store), 0);
     assert_eq!(active_memtable_entries(&h.store), 0);
-    // RocksDB counts each step to the next key as one skipped entry: none is hidden.
-    assert_eq!(scan_counting_hidden(&h), (before, KEYS as u64));
+    assert_eq!(scan_counting_hidden(&h), (before, 0));
     assert!(!h.store.compact_latest_where_wanted().unwrap());
 }
 
@@ -153,6 +154,7 @@ fn scans_while_the_worker_compacts_ask_for_nothing_more() {
         write_rounds(&mut h, 1);
         store.db.flush_cf(latest).unwrap();
     }
+    write_rounds(&mut h, 1);
     store
         .latest_upkeep
         .compacting
@@ -212,7 +214,7 @@ fn deletions_in_files_get_the_range_compacted_not_the_memtable_flushed() {
     assert!(hidden >= deleted, "{hidden} hidden");
     assert_not_flushed(&h.store, 1);
     assert!(h.store.compact_latest_where_wanted().unwrap());
-    assert_eq!(scan_counting_hidden(&h), (before, 1));
+    assert_eq!(scan_counting_hidden(&h), (before, 0));
     assert!(!h.store.compact_latest_where_wanted().unwrap());
 }
 

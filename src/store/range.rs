@@ -133,6 +133,7 @@ impl<'a> Reader<'a> {
         }
         let hidden = HiddenEntries::start();
         let mut keys = 0u64;
+        let mut steps = 0u64;
         let mut it = self.iterator(CF_LATEST, upper)?;
         it.seek(key);
         while let (Some(k), Some(raw)) = (it.key(), it.value()) {
@@ -142,10 +143,11 @@ impl<'a> Reader<'a> {
                 break;
             }
             it.next();
+            steps += 1;
         }
         let status = it.status().map_err(StoreError::from);
         self.store
-            .tidy_latest_if_crowded(hidden.count(), keys, key, range_end);
+            .tidy_latest_if_crowded(hidden.count(steps), keys, key, range_end);
         status
     }
 
