@@ -59,9 +59,10 @@ impl RevisionStore {
 
 /// Hidden entries a scan of `latest` may step over per key it returns before they are
 /// cleared out (one overwritten version of every key, on average)...
-const HIDDEN_PER_KEY_BEFORE_FLUSH: u64 = 1;
-/// ... and in all: a short scan, or a few overwritten keys, is not worth a flush.
-const HIDDEN_BEFORE_FLUSH: u64 = 256;
+const HIDDEN_PER_KEY_BEFORE_CLEARING: u64 = 1;
+/// ... and in all: a short scan, or a few overwritten keys, is not worth a flush or a
+/// compaction.
+const HIDDEN_BEFORE_CLEARING: u64 = 256;
 
 /// Counts the entries RocksDB's iterators on this thread step over without returning
 /// them: versions hidden by a newer one, and deletions.
@@ -207,7 +208,8 @@ impl RevisionStore {
         start: &[u8],
         range_end: &[u8],
     ) {
-        if hidden < HIDDEN_BEFORE_FLUSH || hidden < keys.saturating_mul(HIDDEN_PER_KEY_BEFORE_FLUSH)
+        if hidden < HIDDEN_BEFORE_CLEARING
+            || hidden < keys.saturating_mul(HIDDEN_PER_KEY_BEFORE_CLEARING)
         {
             return;
         }

@@ -118,19 +118,24 @@ fn a_scan_over_keys_written_once_leaves_the_memtable_alone() {
     assert!(!h.store.compact_latest_where_wanted().unwrap());
 }
 
-#[test]
-fn overwrites_in_l0_files_get_the_scanned_range_compacted_and_read_the_same() {
+/// As after compare.sh's txn-cas: each of three flushes left a file with a version of
+/// every key, fewer files than RocksDB's trigger, and the memtable holds fewer entries
+/// (one round) than a scan steps over.
+fn overwrites_in_three_l0_files() -> Harness {
     let mut h = Harness::new();
     let store = Arc::clone(&h.store);
     let latest = store.cf(CF_LATEST).unwrap();
-    // As after compare.sh's txn-cas: each flush left a file with a version of every
-    // key, fewer files than RocksDB's trigger, and a memtable holding fewer entries than
-    // the scan steps over.
     for _ in 0..3 {
         write_rounds(&mut h, 1);
         store.db.flush_cf(latest).unwrap();
     }
     write_rounds(&mut h, 1);
+    h
+}
+
+#[test]
+fn overwrites_in_l0_files_get_the_scanned_range_compacted_and_read_the_same() {
+    let h = overwrites_in_three_l0_files();
     assert_eq!(l0_files(&h.store), 3);
     let (before, hidden) = scan_counting_hidden(&h);
     assert_eq!(before.len(), KEYS);
@@ -147,14 +152,8 @@ fn overwrites_in_l0_files_get_the_scanned_range_compacted_and_read_the_same() {
 
 #[test]
 fn scans_while_the_worker_compacts_ask_for_nothing_more() {
-    let mut h = Harness::new();
-    let store = Arc::clone(&h.store);
-    let latest = store.cf(CF_LATEST).unwrap();
-    for _ in 0..3 {
-        write_rounds(&mut h, 1);
-        store.db.flush_cf(latest).unwrap();
-    }
-    write_rounds(&mut h, 1);
+    let h = overwrites_in_three_l0_files();
+    let store = &h.store;
     store
         .latest_upkeep
         .compacting
@@ -167,7 +166,7 @@ fn scans_while_the_worker_compacts_ask_for_nothing_more() {
         .store(false, Ordering::Release);
     assert_eq!(scan(&h).len(), KEYS);
     assert!(store.compact_latest_where_wanted().unwrap());
-    assert_eq!(l0_files(&store), 0);
+    assert_eq!(l0_files(store), 0);
 }
 
 #[test]
