@@ -129,10 +129,12 @@ pub async fn run_check(node: Arc<Node>, period: Duration) {
 /// What one record's comparison found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// No other member answered for this revision.
-    Unanswered,
-    /// Every member that answered agrees.
+    /// Every other member answered at this compaction, and all agree.
     Consistent { peers_checked: usize },
+    /// Those that answered at this compaction agree, but some members did not answer
+    /// at it (down, or not yet past the compaction): the record stays unchecked, so a
+    /// member that lags is compared at a later round, as etcd's `handleConsistentHash`.
+    Incomplete { peers_checked: usize },
     /// Raise CORRUPT for these members (0: the whole cluster, when no majority agrees).
     Corrupt(Vec<NodeId>),
 }
@@ -155,12 +157,15 @@ pub fn judge(
         checked += 1;
         by_hash.entry(peer_hash).or_default().push(id);
     }
-    if checked == 0 {
-        return Verdict::Unanswered;
-    }
     if by_hash.len() == 1 {
-        return Verdict::Consistent {
-            peers_checked: checked,
+        return if checked + 1 == members {
+            Verdict::Consistent {
+                peers_checked: checked,
+            }
+        } else {
+            Verdict::Incomplete {
+                peers_checked: checked,
+            }
         };
     }
     let quorum = members / 2 + 1;
@@ -214,23 +219,23 @@ async fn check(node: &Node) {
             })
             .collect();
         match judge(node.id(), &hash, members, &answers) {
-            Verdict::Unanswered => continue,
+            Verdict::Incomplete { peers_checked } => {
+                tracing::warn!(
+                    number_of_peers_checked = peers_checked,
+                    number_of_peers = members - 1,
+                    revision = hash.revision,
+                    "skipped revision in compaction hash check; was not able to check all peers"
+                );
+                continue;
+            }
             Verdict::Consistent { peers_checked } => {
                 hashes.checked.store(hash.revision, Ordering::Release);
-                if peers_checked + 1 == members {
-                    tracing::info!(
-                        compact_revision = hash.revision,
-                        hash = hash.hash,
-                        "successfully checked hash on whole cluster"
-                    );
-                } else {
-                    tracing::warn!(
-                        compact_revision = hash.revision,
-                        hash = hash.hash,
-                        peers_checked,
-                        "successfully checked hash on some peers, not all"
-                    );
-                }
+                tracing::info!(
+                    number_of_peers_checked = peers_checked,
+                    compact_revision = hash.revision,
+                    hash = hash.hash,
+                    "successfully checked hash on whole cluster"
+                );
                 return;
             }
             Verdict::Corrupt(members) => {
@@ -265,7 +270,17 @@ mod tests {
     #[test]
     fn the_members_outside_an_agreeing_majority_are_blamed() {
         let leader = hash(7);
-        assert_eq!(judge(1, &leader, 3, &[]), Verdict::Unanswered);
+        assert_eq!(
+            judge(1, &leader, 3, &[]),
+            Verdict::Incomplete { peers_checked: 0 }
+        );
+        // One follower agrees, the other has not answered at this compaction yet: the
+        // record is not settled (it was, before, and a lagging altered member was
+        // never compared).
+        assert_eq!(
+            judge(1, &leader, 3, &[(2, 7, 10)]),
+            Verdict::Incomplete { peers_checked: 1 }
+        );
         assert_eq!(
             judge(1, &leader, 3, &[(2, 7, 10), (3, 7, 10)]),
             Verdict::Consistent { peers_checked: 2 }
@@ -285,7 +300,10 @@ mod tests {
             Verdict::Corrupt(vec![0])
         );
         // A peer at another compaction is skipped.
-        assert_eq!(judge(1, &leader, 3, &[(2, 9, 11)]), Verdict::Unanswered);
+        assert_eq!(
+            judge(1, &leader, 3, &[(2, 9, 11)]),
+            Verdict::Incomplete { peers_checked: 0 }
+        );
     }
 
     #[test]
