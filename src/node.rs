@@ -751,11 +751,13 @@ where
 /// Keeps the peer network's record of where each member listens in step with the
 /// newest membership (see `ClusterGuard::set_members`).
 async fn follow_membership(node: Arc<Node>) {
-    let mut metrics = node.raft.metrics();
+    // The server metrics change only with the vote, the leader or the membership; the
+    // full metrics, several times per write.
+    let mut metrics = node.raft.server_metrics();
     let mut followed = None;
     loop {
         let membership = metrics.borrow_watched().membership_config.clone();
-        // Metrics change with every append; the membership, rarely.
+        // A new vote or leader wakes this too; the membership changes rarely.
         if followed != Some(*membership.log_id()) {
             followed = Some(*membership.log_id());
             let members = membership

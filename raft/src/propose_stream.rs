@@ -84,17 +84,18 @@ where
     ReceiverStream::new(outcomes_rx)
 }
 
-/// Completes once `raft` has stopped.
+/// Completes once `raft` has stopped: its core, ending, drops the senders of its
+/// metrics channels. This waits on the server metrics, which change only with the
+/// vote, the leader or the membership. The full metrics are sent at every turn of the
+/// core's loop, several per write on every member, and each woke every stream that
+/// waited here: on a follower, both of the leader's AppendEntries streams, each wake a
+/// poll of the peer connection's task (issue 20's fifteenth step, docs/benchmarks.md).
 pub(crate) async fn raft_stopped<SM>(raft: Raft<SM>)
 where
     SM: RaftStateMachine<TypeConfig>,
 {
-    let mut metrics = raft.metrics();
-    while metrics.borrow_watched().running_state.is_ok() {
-        if metrics.changed().await.is_err() {
-            return;
-        }
-    }
+    let mut server = raft.server_metrics();
+    while server.changed().await.is_ok() {}
 }
 
 /// The outcome of a command from a sender the cluster removed: not proposed.
