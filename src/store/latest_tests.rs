@@ -127,14 +127,9 @@ fn a_scan_over_keys_written_once_leaves_the_memtable_alone() {
 fn a_bottom_level_file_around_the_keys(h: &mut Harness) {
     h.put("j", "below");
     h.put("l", "below");
-    let latest = h.store.cf(CF_LATEST).unwrap();
-    // Forced, so that the file is rewritten with its sequence numbers zeroed, and RocksDB
-    // has no reason to compact it again either.
-    let mut options = rocksdb::CompactOptions::default();
-    options.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
-    h.store
-        .db
-        .compact_range_cf_opt(latest, None::<&[u8]>, None::<&[u8]>, &options);
+    // Defragment's forced compaction rewrites the file with its sequence numbers zeroed,
+    // so RocksDB has no reason to compact it again either.
+    h.store.defragment().unwrap();
     assert_eq!(l0_files(&h.store), 0);
 }
 
