@@ -1,13 +1,12 @@
 //! Known bugs that the simulation plants on purpose, to prove that its checkers catch
 //! them.
 //!
-//! Compiled only with the `planted-bugs` feature, which only the simulation crate
-//! enables. Every switch is off until a test turns it on; the server consults this
-//! module at exactly ten places (read index, write acknowledgement, apply twice, a
-//! Put misplaced at apply, a watch's catch-up, the lessor's timers, a member's removal,
-//! the snapshot export's `key` bucket, the apply-time auth revision check, the physical
-//! compaction's end), each behind
-//! the same feature. It must never be enabled in a build that serves users.
+//! Compiled only with the `planted-bugs` feature, which only the simulation's test
+//! builds enable. Every switch is off until a test turns it on; the server consults
+//! this module only behind the same feature, once for each bug, at the check the bug
+//! removes (docs/simulation.md's inventory lists each check and its bug). The raft
+//! layer's bugs (`quantykube_raft::planted`) are planted through it too. It must never
+//! be enabled in a build that serves users.
 
 use std::sync::Mutex;
 
@@ -46,19 +45,37 @@ pub enum PlantedBug {
     /// still reach go (as when a worker that runs behind the apply path mistakes how far
     /// the compaction asked it to go).
     CompactionOvershoots,
+    /// A keepalive answered by the leader skips the quorum's confirmation that it still
+    /// leads: a deposed leader that does not know it yet promises a TTL that its
+    /// successor, timing the lease from its own election, does not honour.
+    KeepaliveWithoutQuorum,
+    /// A keepalive answered by the leader promises the whole TTL without resetting the
+    /// lease's checkpoint through the log: a new leader resumes the lease from the
+    /// checkpoint's shorter remainder and expires it before the promise runs out.
+    KeepaliveKeepsCheckpoint,
+    /// An expiry is applied whatever the term of the entry that carries it: a deposed
+    /// leader's decision, forwarded to its successor, revokes a lease the successor
+    /// keeps alive.
+    ExpiryIgnoresTerm,
+    /// A bug of the raft layer (`quantykube_raft::planted`).
+    Raft(quantykube_raft::planted::RaftBug),
 }
 
 static PLANTED: Mutex<Vec<PlantedBug>> = Mutex::new(Vec::new());
 
 /// Turns `bug` on for every member in this process.
 pub fn plant(bug: PlantedBug) {
+    if let PlantedBug::Raft(bug) = bug {
+        quantykube_raft::planted::plant(bug);
+    }
     if let Ok(mut planted) = PLANTED.lock() {
         planted.push(bug);
     }
 }
 
-/// Turns every planted bug off.
+/// Turns every planted bug off, the raft layer's too.
 pub fn clear() {
+    quantykube_raft::planted::clear();
     if let Ok(mut planted) = PLANTED.lock() {
         planted.clear();
     }

@@ -31,6 +31,8 @@ pub mod metrics;
 pub mod network;
 pub mod pb;
 pub mod peer_server;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 pub mod propose_stream;
 pub mod runtime;
 pub mod types;

@@ -267,7 +267,13 @@ where
         let sender = sender_id(&request);
         let guard = self.guard.clone();
         // The stream outlives membership changes: the sender is checked per batch.
-        let admitted = move || sender.is_none_or(|id| !guard.is_removed(id));
+        let admitted = move || {
+            #[cfg(feature = "planted-bugs")]
+            if crate::planted::is_planted(crate::planted::RaftBug::LeaderServesRemovedSenders) {
+                return true;
+            }
+            sender.is_none_or(|id| !guard.is_removed(id))
+        };
         Ok(Response::new(propose_stream::serve(
             self.raft.clone(),
             request.into_inner(),
@@ -362,6 +368,10 @@ where
     /// clients' writes and ask for read indexes: it must not acknowledge a write or
     /// serve a linearizable read after its removal, so the leader refuses it.
     fn refuse_removed_sender<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::is_planted(crate::planted::RaftBug::LeaderServesRemovedSenders) {
+            return Ok(());
+        }
         match sender_id(request) {
             Some(id) => self.refuse_removed(id),
             None => Ok(()),

@@ -138,6 +138,17 @@ impl FaultPlan {
         FaultPlan { nodes, episodes }
     }
 
+    /// Makes the first episode that has `fault` last `outage`; false if none has it.
+    pub fn lengthen(&mut self, fault: &Fault, outage: Duration) -> bool {
+        match self.episodes.iter_mut().find(|e| e.faults.contains(fault)) {
+            Some(episode) => {
+                episode.outage = outage;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// How many faults the plan injects.
     pub fn faults(&self) -> usize {
         self.episodes.iter().map(|e| e.faults.len()).sum()
@@ -262,24 +273,14 @@ impl LeaderWatch {
                 let members = members.now();
                 clients.resize_with(members.len(), || None);
                 ids.resize(members.len(), None);
-                let answers = futures::future::join_all(
-                    clients
-                        .iter_mut()
-                        .zip(&members)
-                        .map(|(slot, (_, url))| ask(slot, url, &options)),
-                )
-                .await;
-                let mut best: Option<(u64, u64)> = None;
-                for (i, answer) in answers.into_iter().enumerate() {
-                    let Some((id, leader, term)) = answer else {
-                        continue;
-                    };
-                    ids[i] = Some(id);
-                    if leader != 0 && best.is_none_or(|(_, t)| term > t) {
-                        best = Some((leader, term));
+                let urls: Vec<String> = members.iter().map(|(_, url)| url.clone()).collect();
+                let answers = ask_all(&mut clients, &urls, &options).await;
+                for (id, answer) in ids.iter_mut().zip(&answers) {
+                    if let Some((member, _, _)) = answer {
+                        *id = Some(*member);
                     }
                 }
-                let named = best.and_then(|(leader, term)| {
+                let named = newest_leader(&answers).and_then(|(leader, term)| {
                     let i = ids.iter().position(|id| *id == Some(leader))?;
                     Some((members[i].0.clone(), term))
                 });
@@ -334,6 +335,38 @@ impl Members {
             Members::Directory(directory) => directory.all_members(),
         }
     }
+}
+
+/// Every member's `(member id, leader id, term)` as its Status answers, asked side by
+/// side over the connections in `clients` (one slot per URL, dialled on first use and
+/// again after a failure); `None` where a member does not answer.
+pub(crate) async fn ask_all(
+    clients: &mut Vec<Option<Client>>,
+    urls: &[String],
+    options: &ClientOptions,
+) -> Vec<Option<(u64, u64, u64)>> {
+    if clients.len() < urls.len() {
+        clients.resize_with(urls.len(), || None);
+    }
+    futures::future::join_all(
+        clients
+            .iter_mut()
+            .zip(urls)
+            .map(|(slot, url)| ask(slot, url, options)),
+    )
+    .await
+}
+
+/// The leader that the answer of the highest term names, with that term: a member
+/// deposed without knowing it still names itself, in its older term.
+pub(crate) fn newest_leader(answers: &[Option<(u64, u64, u64)>]) -> Option<(u64, u64)> {
+    let mut best: Option<(u64, u64)> = None;
+    for (_, leader, term) in answers.iter().flatten() {
+        if *leader != 0 && best.is_none_or(|(_, t)| *term > t) {
+            best = Some((*leader, *term));
+        }
+    }
+    best
 }
 
 /// One member's `(member id, leader id, term)`, or `None` if it does not answer.

@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::checker::{self, Fnv};
 use crate::cluster::SimCluster;
 use crate::error::SimError;
-use crate::faults::{step_until, FaultPlan, Injector, LeaderWatch};
+use crate::faults::{step_until, Fault, FaultPlan, Injector, LeaderWatch};
 use crate::history::{
     AuthLog, History, MembershipLog, Op, Operation, Outcome, SnapshotLog, WatchLog,
 };
@@ -42,10 +42,28 @@ const WATCH_DRAIN: Duration = Duration::from_secs(30);
 /// the run is over: far past any lease's TTL and the liveness bound.
 const LEASE_DRAIN: Duration = Duration::from_secs(30);
 
-/// The members' `--experimental-lease-checkpoint-interval`: short, so that a new
-/// leader resumes leases from checkpoints (and keepalives reset them through the log)
-/// within a seed, rather than from their whole TTL as with etcd's 5 minutes.
-const LEASE_CHECKPOINT_INTERVAL: &str = "2s";
+/// The members' `--experimental-lease-checkpoint-interval` in most seeds: short, so
+/// that a new leader resumes leases from checkpoints (and keepalives reset them through
+/// the log) within a seed, rather than from their whole TTL.
+const LEASE_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);
+
+/// The interval in the other seeds: etcd's default, longer than any seed, so that no
+/// lease has a checkpoint and a new leader times every lease from its election (and a
+/// keepalive on the leader has nothing to reset before it answers).
+const LEASE_CHECKPOINT_INTERVAL_LONG: Duration = Duration::from_secs(300);
+
+/// Seeds (in a hundred) whose members checkpoint leases only every
+/// [`LEASE_CHECKPOINT_INTERVAL_LONG`].
+const LONG_LEASE_CHECKPOINTS_PERCENT: u64 = 40;
+
+/// Seeds (in a hundred) whose lease client keeps its leases on the leader
+/// ([`LeaseClient::pin_to_leader`]): when the faults cut that leader off, its keepalive
+/// streams stay on a leader that may be deposed without knowing it.
+const LEASES_ON_LEADER_PERCENT: u64 = 50;
+
+/// Seeds (in a hundred, of those that keep leases on the leader) whose first isolation
+/// of the leader lasts 6-9 s: longer than an election and the longest lease's TTL.
+const LONG_ISOLATION_PERCENT: u64 = 60;
 
 /// Seeds (in a hundred) whose scenario has a membership client.
 const MEMBERSHIP_PERCENT: u64 = 25;
@@ -137,6 +155,12 @@ pub struct Scenario {
     pub auth: Option<AuthPlan>,
     /// If set, the members' `--snapshot-count` (etcd's default otherwise).
     pub raft_snapshot_count: Option<u64>,
+    /// The members' `--experimental-lease-checkpoint-interval`.
+    pub lease_checkpoint_interval: Duration,
+    /// The lease client opens its keepalive streams on the leader.
+    pub leases_on_leader: bool,
+    /// The lease client renews every this many thirds of a TTL.
+    pub renew_every_thirds: u64,
     /// The server bugs the run steps around (see [`KnownIssues`]).
     pub known: KnownIssues,
     /// Where members keep their data (default: `/dev/shm` if it exists, so fsyncs
@@ -147,7 +171,10 @@ pub struct Scenario {
 impl Scenario {
     /// The scenario of `seed`: its fault plan, two to four clients, three to five keys,
     /// one or two watchers, four to seven leases, and in a quarter of the seeds two to
-    /// four membership changes.
+    /// four membership changes. In half the seeds the lease client keeps its leases on
+    /// the leader (renewing every one or two thirds of a TTL), and in most of those the
+    /// first isolation of the leader lasts 6-9 s; in 40% the members checkpoint leases
+    /// only every 5 minutes (none within the seed).
     pub fn from_seed(seed: u64) -> Self {
         let mut rng = SimRng::new(seed, 0x5ce);
         let plan = FaultPlan::from_seed(seed);
@@ -179,6 +206,24 @@ impl Scenario {
         });
         // And again.
         let raft_snapshot_count = rng.percent(RAFT_SNAPSHOT_PERCENT).then(|| rng.below(5..30));
+        // And again.
+        let lease_checkpoint_interval = if rng.percent(LONG_LEASE_CHECKPOINTS_PERCENT) {
+            LEASE_CHECKPOINT_INTERVAL_LONG
+        } else {
+            LEASE_CHECKPOINT_INTERVAL
+        };
+        let leases_on_leader = rng.percent(LEASES_ON_LEADER_PERCENT);
+        // And again, only in those seeds: a client that renews late, and a first
+        // isolation of the leader that outlasts an election and the longest lease, so
+        // that what a deposed leader promised outlives its successor's timers.
+        let mut plan = plan;
+        let mut renew_every_thirds = 1;
+        if leases_on_leader {
+            renew_every_thirds = rng.below(1..3);
+            if rng.percent(LONG_ISOLATION_PERCENT) {
+                plan.lengthen(&Fault::IsolateLeader, rng.millis(6_000, 9_000));
+            }
+        }
         Scenario {
             seed,
             plan,
@@ -189,6 +234,9 @@ impl Scenario {
             membership,
             auth,
             raft_snapshot_count,
+            lease_checkpoint_interval,
+            leases_on_leader,
+            renew_every_thirds,
             known: KnownIssues::of_this_server(),
             data_root: default_data_root(),
         }
@@ -274,7 +322,8 @@ impl Scenario {
             .nodes(self.plan.nodes)
             .seed(self.seed)
             .flag(format!(
-                "--experimental-lease-checkpoint-interval={LEASE_CHECKPOINT_INTERVAL}"
+                "--experimental-lease-checkpoint-interval={}s",
+                self.lease_checkpoint_interval.as_secs()
             ));
         if self.auth.is_some() {
             builder = builder.flag(format!("--bcrypt-cost={BCRYPT_COST}"));
@@ -348,6 +397,8 @@ impl Scenario {
             run_for,
             drain_for: LEASE_DRAIN,
             directory: Some(directory.clone()),
+            pin_to_leader: self.leases_on_leader,
+            renew_every_thirds: self.renew_every_thirds,
             ..LeaseClient::new("lease1", cluster.endpoints(), mix(self.seed, 300))
         };
         let lease_finished = Rc::new(Cell::new(false));

@@ -117,6 +117,12 @@ where
         member: Member,
         deadline: Instant,
     ) -> Attempt<Linearizer<TypeConfig>, ReadError> {
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::is_planted(crate::planted::RaftBug::ReadTakesEarlierRound) {
+            if let Some(earlier) = self.read_rounds.last_answer() {
+                return earlier;
+            }
+        }
         let (answer, answered) = oneshot::channel();
         let read = WaitingRead {
             leader,
@@ -146,6 +152,8 @@ where
                 .await;
             tracing::trace!(reads = round.len(), leader, "read-index round done");
             metrics::read_index_round(round.len());
+            #[cfg(feature = "planted-bugs")]
+            self.read_rounds.remember(&attempt);
             for read in round {
                 let _ = read.answer.send(attempt.clone());
             }
@@ -242,6 +250,10 @@ where
         linearizer: Linearizer<TypeConfig>,
         deadline: Instant,
     ) -> Result<(), ReadError> {
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::is_planted(crate::planted::RaftBug::ReadSkipsApplyWait) {
+            return Ok(());
+        }
         let remaining = deadline.saturating_duration_since(Instant::now());
         match linearizer
             .try_await_ready(&self.raft, Some(remaining))

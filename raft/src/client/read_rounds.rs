@@ -39,6 +39,9 @@ pub(super) struct ReadRounds {
 struct State {
     waiting: Vec<WaitingRead>,
     runner_active: bool,
+    /// The last round's answer, kept only for the planted `ReadTakesEarlierRound`.
+    #[cfg(feature = "planted-bugs")]
+    last: Option<RoundAnswer>,
 }
 
 impl ReadRounds {
@@ -58,6 +61,18 @@ impl ReadRounds {
             return None;
         }
         Some(std::mem::take(&mut state.waiting))
+    }
+
+    /// Keeps a round's answer for the planted `ReadTakesEarlierRound`.
+    #[cfg(feature = "planted-bugs")]
+    pub fn remember(&self, answer: &RoundAnswer) {
+        self.state().last = Some(answer.clone());
+    }
+
+    /// The last round's answer, for the planted `ReadTakesEarlierRound`.
+    #[cfg(feature = "planted-bugs")]
+    pub fn last_answer(&self) -> Option<RoundAnswer> {
+        self.state().last.clone()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

@@ -141,6 +141,10 @@ where
             }
             Delivery::Lost => {
                 self.forwarder.close(&stream, &self.channels);
+                #[cfg(feature = "planted-bugs")]
+                if crate::planted::is_planted(crate::planted::RaftBug::ForwarderRetriesLostWrites) {
+                    return not_sent;
+                }
                 tracing::debug!(leader, "forwarding stream broke; write fate unknown");
                 return Attempt::Failed(WriteError::Timeout);
             }

@@ -12,7 +12,9 @@
 //! stream or a stream's end it goes to the next member on a new stream (never two
 //! requests outstanding on one stream, so each answer belongs to the request before
 //! it). Grants and reads fail over as [`super::Mixed`]'s requests do; a Put or a
-//! revoke that may have reached a member is not retried.
+//! revoke that may have reached a member is not retried. A client that keeps its leases
+//! on the leader (`pin_to_leader`) opens each stream on the member that the Status
+//! answer of the newest term names leader, and stays there while it answers.
 //!
 //! After `run_for` no lease is granted or kept alive; the client keeps reading the
 //! keys still there until they are gone (or `drain_for` has passed). Every request,
@@ -29,6 +31,7 @@ use super::execute;
 use crate::client::{self, ClientOptions};
 use crate::cluster::Directory;
 use crate::error::SimError;
+use crate::faults;
 use crate::history::{self, History, Op, Operation, Outcome};
 use crate::rng::SimRng;
 
@@ -59,6 +62,15 @@ pub struct LeaseClient {
     pub keepalive_wait: Duration,
     /// Members a grant or read may be sent to (the first and the ones it fails over to).
     pub attempts: usize,
+    /// If set, every keepalive stream is opened on the leader, as the Status answer of
+    /// the newest term names it (as a client that keeps its leases on the leader does),
+    /// instead of on the lease's current member; the stream stays there while it is
+    /// answered, through a partition that deposes that leader too.
+    pub pin_to_leader: bool,
+    /// A keepalive is sent every this many thirds of the TTL: 1 as etcd's client does,
+    /// 2 for a client that renews late (a checkpoint may then record much less than
+    /// the TTL between two renewals).
+    pub renew_every_thirds: u64,
     pub options: ClientOptions,
 }
 
@@ -78,6 +90,8 @@ impl LeaseClient {
             drain_for: Duration::from_secs(30),
             keepalive_wait: Duration::from_secs(1),
             attempts: 3,
+            pin_to_leader: false,
+            renew_every_thirds: 1,
             options: ClientOptions::default(),
         }
     }
@@ -100,6 +114,7 @@ impl LeaseClient {
                 history: history.clone(),
                 member: plan.member,
                 clients: Vec::new(),
+                probes: Vec::new(),
                 end: started + self.run_for,
             };
             tasks.spawn(worker.lease(plan));
@@ -159,6 +174,8 @@ struct Worker {
     member: usize,
     /// A connection per member, dialled on first use and after an error.
     clients: Vec<Option<Client>>,
+    /// Connections for finding the leader, with short deadlines of their own.
+    probes: Vec<Option<Client>>,
     /// `run_for` after the client started: no keepalive after it.
     end: Duration,
 }
@@ -194,7 +211,9 @@ impl Worker {
             .min(self.end);
         let revoke_at = plan.revoke_after.map(|d| granted + d);
         // etcd's client sends a keepalive every third of the TTL.
-        let every = Duration::from_millis(u64::try_from(ttl).unwrap_or(1).max(1) * 1000 / 3);
+        let thirds = self.client.renew_every_thirds.clamp(1, 2);
+        let every =
+            Duration::from_millis(u64::try_from(ttl).unwrap_or(1).max(1) * 1000 * thirds / 3);
         let mut stream: Option<Stream> = None;
         let mut next_keepalive = history::now();
         let mut next_read = history::now() + self.rng.millis(500, 1_000);
@@ -351,6 +370,11 @@ impl Worker {
                     }
                 }
                 None => {
+                    if self.client.pin_to_leader {
+                        if let Some(leader) = self.leader().await {
+                            self.member = leader;
+                        }
+                    }
                     let url = self.url(self.member);
                     let options = self.client.options.clone();
                     let open = async {
@@ -388,6 +412,22 @@ impl Worker {
         };
         self.record(Op::LeaseKeepAlive { id }, invoked, outcome, answered_by);
         answer
+    }
+
+    /// The endpoint of the leader that the newest term's Status answer names, if any
+    /// member answers with one.
+    async fn leader(&mut self) -> Option<usize> {
+        let urls = self.client.endpoints_now();
+        let options = ClientOptions {
+            request_timeout: Duration::from_millis(500),
+            connect_timeout: Duration::from_millis(300),
+            ..self.client.options.clone()
+        };
+        let answers = faults::ask_all(&mut self.probes, &urls, &options).await;
+        let (leader, _) = faults::newest_leader(&answers)?;
+        answers
+            .iter()
+            .position(|answer| matches!(answer, Some((id, _, _)) if *id == leader))
     }
 
     fn next_member(&mut self) {

@@ -146,6 +146,29 @@ fn ci_set_takes_raft_snapshots_in_some_seeds() {
     assert!(with.iter().any(|s| s.membership.is_empty()));
 }
 
+/// Some seeds of the set keep their leases on the leader, with lease checkpoints often
+/// and with none within the seed, so that a leader the faults cut off answers
+/// keepalives while it may already be deposed, and a new leader times the leases from
+/// a checkpoint or from its election.
+#[test]
+fn ci_set_keeps_leases_on_the_leader_in_some_seeds() {
+    let scenarios: Vec<Scenario> = (1..=CI_SEEDS)
+        .map(Scenario::from_seed)
+        .filter(|s| s.auth.is_none() && s.leases_on_leader)
+        .collect();
+    let long = |s: &&Scenario| s.lease_checkpoint_interval > std::time::Duration::from_secs(60);
+    let without_checkpoints = scenarios.iter().filter(long).count();
+    assert!(
+        (5..=25).contains(&without_checkpoints),
+        "{without_checkpoints} seeds"
+    );
+    let with_checkpoints = scenarios.len() - without_checkpoints;
+    assert!(
+        (5..=30).contains(&with_checkpoints),
+        "{with_checkpoints} seeds"
+    );
+}
+
 /// Some seeds of the set change the membership, planning every kind of change.
 #[test]
 fn ci_set_changes_the_membership_in_every_way() {

@@ -1,0 +1,89 @@
+//! The planted-bug coverage report: every bug the server can plant, run on its listed
+//! seeds, printed as caught (by which checker, at which seed) or missed.
+//!
+//! ```sh
+//! cargo run -p quantykube-simulation --example mutants                 # the report; exits 1 if any bug is missed
+//! cargo run -p quantykube-simulation --example mutants -- --search 40  # for each bug, the first of 40 seeds that can show it to catch it
+//! cargo run -p quantykube-simulation --example mutants -- --only Keepalive --search 40 --first 65
+//! cargo run -p quantykube-simulation --example mutants -- --gaps            # the checks no seed catches yet
+//! ```
+//!
+//! `--gaps` runs the bugs planted for checks that no seed catches yet instead.
+//! `--search N` tries up to N seeds from `--first` (default 1) that can show each bug,
+//! instead of its listed ones: how the seed to list for a new bug is found. `--only`
+//! keeps the bugs whose name contains the text.
+
+#[path = "../tests/planted/mutants.rs"]
+mod mutants;
+
+struct Args {
+    gaps: bool,
+    search: Option<usize>,
+    first: u64,
+    only: Option<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        gaps: false,
+        search: None,
+        first: 1,
+        only: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match flag.as_str() {
+            "--search" => {
+                let v = value("--search")?;
+                args.search = Some(v.parse().map_err(|e| format!("--search {v}: {e}"))?);
+            }
+            "--first" => {
+                let v = value("--first")?;
+                args.first = v.parse().map_err(|e| format!("--first {v}: {e}"))?;
+            }
+            "--only" => args.only = Some(value("--only")?),
+            "--gaps" => args.gaps = true,
+            "-h" | "--help" => {
+                return Err(
+                    "usage: mutants [--gaps] [--search N] [--first SEED] [--only TEXT]".into(),
+                )
+            }
+            other => return Err(format!("unknown argument {other:?}; try --help")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("{message}");
+            std::process::exit(2);
+        }
+    };
+    let mut missed = 0;
+    let mutants = match args.gaps {
+        true => mutants::gaps(),
+        false => mutants::all(),
+    };
+    for mutant in mutants {
+        let name = format!("{:?}", mutant.bug);
+        if args.only.as_ref().is_some_and(|only| !name.contains(only)) {
+            continue;
+        }
+        let verdict = match args.search {
+            Some(limit) => mutants::search(&mutant, args.first, limit),
+            None => mutants::run(&mutant),
+        };
+        println!("{}", mutants::report_line(&mutant, &verdict));
+        if verdict.caught.is_none() {
+            missed += 1;
+        }
+    }
+    if missed > 0 {
+        println!("{missed} planted bug(s) missed");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,33 @@
+//! The checkers bite: each bug planted in the server (`quantykube::planted`) is reported
+//! by the checker meant to catch it, within the fixed seeds `mutants::all` lists for it.
+//! The report it prints is docs/simulation.md's coverage table
+//! (`cargo test -p quantykube-simulation --test planted -- --nocapture`).
+//!
+//! A test binary of its own, because the switches are process-wide: they must never
+//! leak into the other simulation tests, which run in another process.
+
+mod mutants;
+
+#[test]
+fn every_planted_bug_is_caught_by_its_checker_within_its_seeds() {
+    let mut missed = Vec::new();
+    for mutant in mutants::all() {
+        for seed in mutant.seeds {
+            let scenario = quantykube_simulation::Scenario::from_seed(*seed);
+            assert!(
+                (mutant.shows)(&scenario),
+                "{:?} lists seed {seed}, whose scenario cannot show it",
+                mutant.bug
+            );
+        }
+        let verdict = mutants::run(&mutant);
+        eprintln!("{}", mutants::report_line(&mutant, &verdict));
+        if verdict.caught.is_none() {
+            missed.push(format!("{:?}", mutant.bug));
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "planted bugs no checker caught: {missed:?}"
+    );
+}
