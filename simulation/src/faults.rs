@@ -64,6 +64,11 @@ pub enum Fault {
     /// milliseconds after the watch saw one start; it restarts at the end of the
     /// episode.
     CrashLeaderMidWrite,
+    /// Restart the leader at once while a client write is in flight (as
+    /// `CrashLeaderMidWrite` times it): its connections reset, so a follower's
+    /// forwarding stream breaks with writes sent and unanswered. Never drawn by
+    /// [`FaultPlan::from_seed`]; a scenario puts it in place of a crash mid-write.
+    RestartLeaderMidWrite,
     /// Restart the member at once: in-memory state lost, no outage.
     Restart(Role),
     /// Crash the fewest members that take the quorum away (2 of 3, 3 of 5, 1 of a
@@ -87,6 +92,7 @@ impl fmt::Display for Fault {
             Fault::Deafen(role) => write!(f, "deafen {role}"),
             Fault::Crash(role) => write!(f, "crash {role}"),
             Fault::CrashLeaderMidWrite => write!(f, "crash leader mid-write"),
+            Fault::RestartLeaderMidWrite => write!(f, "restart leader mid-write"),
             Fault::Restart(role) => write!(f, "restart {role}"),
             Fault::CrashMajority => write!(f, "crash majority"),
             Fault::Slow { role, latency } => write!(f, "slow {role} {}ms", latency.as_millis()),
@@ -136,6 +142,22 @@ impl FaultPlan {
             })
             .collect();
         FaultPlan { nodes, episodes }
+    }
+
+    /// Puts `with` in place of the first `fault` of the plan; false if it has none.
+    pub fn replace(&mut self, fault: &Fault, with: Fault) -> bool {
+        let first = self
+            .episodes
+            .iter_mut()
+            .flat_map(|e| e.faults.iter_mut())
+            .find(|f| *f == fault);
+        match first {
+            Some(found) => {
+                *found = with;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Makes the first episode that has `fault` last `outage`; false if none has it.
@@ -595,7 +617,7 @@ impl<'c> Injector<'c> {
                 self.down.insert(victim.clone());
                 self.note(sim, format!("crash {victim} ({role})"));
             }
-            Fault::CrashLeaderMidWrite => {
+            Fault::CrashLeaderMidWrite | Fault::RestartLeaderMidWrite => {
                 let leader = self.resolve(sim, Role::Leader)?;
                 let writes = self.writes.clone();
                 let started = self.step_until(sim, Duration::from_secs(3), || writes.get() > 0)?;
@@ -605,15 +627,21 @@ impl<'c> Injector<'c> {
                     self.step(sim)?;
                     waited += 1;
                 }
-                cluster.crash(sim, &leader)?;
-                self.down.insert(leader.clone());
+                let act = if *fault == Fault::RestartLeaderMidWrite {
+                    cluster.restart(sim, &leader)?;
+                    "restart at once"
+                } else {
+                    cluster.crash(sim, &leader)?;
+                    self.down.insert(leader.clone());
+                    "crash"
+                };
                 let note = if started {
                     format!(
-                        "crash {leader} (leader) {waited} ticks into a write, {} in flight",
+                        "{act} {leader} (leader) {waited} ticks into a write, {} in flight",
                         writes.get()
                     )
                 } else {
-                    format!("crash {leader} (leader), no write started within 3s")
+                    format!("{act} {leader} (leader), no write started within 3s")
                 };
                 self.note(sim, note);
             }

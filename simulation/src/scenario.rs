@@ -61,6 +61,9 @@ const LONG_LEASE_CHECKPOINTS_PERCENT: u64 = 40;
 /// streams stay on a leader that may be deposed without knowing it.
 const LEASES_ON_LEADER_PERCENT: u64 = 50;
 
+/// Seeds (in a hundred) whose first crash of the leader mid-write is a restart at once.
+const RESTART_MID_WRITE_PERCENT: u64 = 50;
+
 /// Seeds (in a hundred, of those that keep leases on the leader) whose first isolation
 /// of the leader lasts 6-9 s: longer than an election and the longest lease's TTL.
 const LONG_ISOLATION_PERCENT: u64 = 60;
@@ -223,6 +226,12 @@ impl Scenario {
             if rng.percent(LONG_ISOLATION_PERCENT) {
                 plan.lengthen(&Fault::IsolateLeader, rng.millis(6_000, 9_000));
             }
+        }
+        // And again: in some seeds the first crash of the leader mid-write is a restart
+        // at once, whose reset connections break the followers' forwarding streams with
+        // writes sent and unanswered.
+        if rng.percent(RESTART_MID_WRITE_PERCENT) {
+            plan.replace(&Fault::CrashLeaderMidWrite, Fault::RestartLeaderMidWrite);
         }
         Scenario {
             seed,

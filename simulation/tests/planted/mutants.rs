@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use quantykube::planted::{self, PlantedBug};
 use quantykube_raft::planted::RaftBug;
 use quantykube_simulation::scenario::Scenario;
+use quantykube_simulation::Fault;
 
 /// One planted bug and how the simulation must catch it.
 pub struct Mutant {
@@ -69,6 +70,15 @@ fn leases_on_leader_without_checkpoints(s: &Scenario) -> bool {
 /// them often: a new leader resumes from what the last checkpoint says is left.
 fn leases_on_leader_with_checkpoints(s: &Scenario) -> bool {
     s.auth.is_none() && s.leases_on_leader && s.lease_checkpoint_interval.as_secs() <= 60
+}
+
+/// A restart of the leader at once mid-write: followers' forwarding streams break with
+/// writes sent and unanswered.
+fn restarts_leader_mid_write(s: &Scenario) -> bool {
+    s.plan
+        .episodes
+        .iter()
+        .any(|e| e.faults.contains(&Fault::RestartLeaderMidWrite))
 }
 
 /// What the linearizability checker reports.
@@ -169,6 +179,13 @@ pub fn all() -> Vec<Mutant> {
             shows: any,
         },
         Mutant {
+            bug: PlantedBug::Raft(RaftBug::ForwarderRetriesLostWrites),
+            check: "the forwarder retries a write only when certainly not sent",
+            caught_by: LINEARIZABLE,
+            seeds: &[40],
+            shows: restarts_leader_mid_write,
+        },
+        Mutant {
             bug: PlantedBug::Raft(RaftBug::LeaderServesRemovedSenders),
             check: "the leader refuses a removed member's read indexes and forwarded writes",
             caught_by: &["removed-member-acked"],
@@ -194,13 +211,6 @@ pub fn gaps() -> Vec<Mutant> {
             bug: PlantedBug::ExpiryIgnoresTerm,
             check: "an expiry applies only in its leader's term",
             caught_by: &["lease-safety"],
-            seeds: &[1],
-            shows: any,
-        },
-        Mutant {
-            bug: PlantedBug::Raft(RaftBug::ForwarderRetriesLostWrites),
-            check: "the forwarder retries a write only when certainly not sent",
-            caught_by: LINEARIZABLE,
             seeds: &[1],
             shows: any,
         },

@@ -114,6 +114,8 @@ fn ci_set_covers_both_sizes_and_every_fault_kind() {
             Fault::Deafen(_) => "deafen",
             Fault::Crash(_) => "crash",
             Fault::CrashLeaderMidWrite => "crash-mid-write",
+            // Never drawn by a plan; a scenario puts it in place of a crash mid-write.
+            Fault::RestartLeaderMidWrite => "restart-mid-write",
             Fault::Restart(_) => "restart",
             Fault::CrashMajority => "crash-majority",
             Fault::Slow { .. } => "slow",
@@ -167,6 +169,22 @@ fn ci_set_keeps_leases_on_the_leader_in_some_seeds() {
         (5..=30).contains(&with_checkpoints),
         "{with_checkpoints} seeds"
     );
+}
+
+/// Some seeds of the set restart the leader at once mid-write, breaking the followers'
+/// forwarding streams with writes in flight.
+#[test]
+fn ci_set_restarts_the_leader_mid_write_in_some_seeds() {
+    let with = (1..=CI_SEEDS)
+        .map(Scenario::from_seed)
+        .filter(|s| {
+            s.plan
+                .episodes
+                .iter()
+                .any(|e| e.faults.contains(&Fault::RestartLeaderMidWrite))
+        })
+        .count();
+    assert!((3..=20).contains(&with), "{with} seeds");
 }
 
 /// Some seeds of the set change the membership, planning every kind of change.
