@@ -65,8 +65,8 @@ static PLANTED: Mutex<Vec<PlantedBug>> = Mutex::new(Vec::new());
 
 /// Turns `bug` on for every member in this process.
 pub fn plant(bug: PlantedBug) {
-    if let PlantedBug::Raft(bug) = bug {
-        quantykube_raft::planted::plant(bug);
+    if let PlantedBug::Raft(raft_bug) = bug {
+        quantykube_raft::planted::plant(raft_bug);
     }
     if let Ok(mut planted) = PLANTED.lock() {
         planted.push(bug);

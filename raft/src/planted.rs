@@ -4,7 +4,8 @@
 //! Compiled only with the `planted-bugs` feature, which only the simulation's test
 //! builds enable (through the server crate's feature of the same name). Every switch is
 //! off until a test turns it on; this crate consults it only behind the same feature,
-//! once for each bug, at the check the bug removes. It must never be enabled in a build that serves users.
+//! once for each bug, at the check the bug removes. It must never be enabled in a build
+//! that serves users.
 
 use std::sync::Mutex;
 

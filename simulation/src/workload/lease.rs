@@ -210,7 +210,8 @@ impl Worker {
             .map_or(granted, |d| granted + d)
             .min(self.end);
         let revoke_at = plan.revoke_after.map(|d| granted + d);
-        // etcd's client sends a keepalive every third of the TTL.
+        // etcd's client sends a keepalive every third of the TTL; a late renewer every
+        // two thirds.
         let thirds = self.client.renew_every_thirds.clamp(1, 2);
         let every =
             Duration::from_millis(u64::try_from(ttl).unwrap_or(1).max(1) * 1000 * thirds / 3);
