@@ -22,7 +22,7 @@ use crate::client::{self, ClientOptions};
 use crate::cluster::{Directory, SimCluster};
 use crate::error::SimError;
 use crate::rng::SimRng;
-use crate::workload::WritesInFlight;
+use crate::workload::{Renewals, WritesInFlight};
 
 /// Which member a fault aims at, resolved when it is injected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +69,11 @@ pub enum Fault {
     /// forwarding stream breaks with writes sent and unanswered. Never drawn by
     /// [`FaultPlan::from_seed`]; a scenario puts it in place of a crash mid-write.
     RestartLeaderMidWrite,
+    /// Cut the leader off (as `IsolateLeader`) right after a lease keepalive is answered
+    /// (within three seconds of the fault's turn): what the leader just promised
+    /// outlives its leadership. Never drawn by [`FaultPlan::from_seed`]; a scenario
+    /// puts it in place of an isolation of the leader.
+    IsolateLeaderAfterRenewal,
     /// Restart the member at once: in-memory state lost, no outage.
     Restart(Role),
     /// Crash the fewest members that take the quorum away (2 of 3, 3 of 5, 1 of a
@@ -93,6 +98,7 @@ impl fmt::Display for Fault {
             Fault::Crash(role) => write!(f, "crash {role}"),
             Fault::CrashLeaderMidWrite => write!(f, "crash leader mid-write"),
             Fault::RestartLeaderMidWrite => write!(f, "restart leader mid-write"),
+            Fault::IsolateLeaderAfterRenewal => write!(f, "isolate leader after a renewal"),
             Fault::Restart(role) => write!(f, "restart {role}"),
             Fault::CrashMajority => write!(f, "crash majority"),
             Fault::Slow { role, latency } => write!(f, "slow {role} {}ms", latency.as_millis()),
@@ -471,6 +477,7 @@ pub struct Injector<'c> {
     cluster: &'c SimCluster,
     watch: LeaderWatch,
     writes: WritesInFlight,
+    renewals: Renewals,
     rng: SimRng,
     /// Members crashed and not yet restarted.
     down: BTreeSet<String>,
@@ -491,11 +498,18 @@ impl<'c> Injector<'c> {
             cluster,
             watch,
             writes,
+            renewals: Renewals::new(),
             rng: SimRng::new(seed, 0x1a7e),
             down: BTreeSet::new(),
             log: Vec::new(),
             injected: 0,
         }
+    }
+
+    /// Times isolations after a renewal with the lease client's `renewals`.
+    pub fn with_renewals(mut self, renewals: Renewals) -> Self {
+        self.renewals = renewals;
+        self
     }
 
     /// Runs `episode`: steps through its gap, injects its faults, steps through its
@@ -583,6 +597,19 @@ impl<'c> Injector<'c> {
                 let leader = self.resolve(sim, Role::Leader)?;
                 cluster.isolate(sim, &leader)?;
                 self.note(sim, format!("isolate {leader} (leader)"));
+            }
+            Fault::IsolateLeaderAfterRenewal => {
+                let leader = self.resolve(sim, Role::Leader)?;
+                let renewals = self.renewals.clone();
+                let seen = renewals.get();
+                let renewed =
+                    self.step_until(sim, Duration::from_secs(3), || renewals.get() > seen)?;
+                cluster.isolate(sim, &leader)?;
+                let note = match renewed {
+                    true => format!("isolate {leader} (leader) right after a renewal"),
+                    false => format!("isolate {leader} (leader), no renewal within 3s"),
+                };
+                self.note(sim, note);
             }
             Fault::Split => {
                 let mut members = self.running();

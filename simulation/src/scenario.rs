@@ -31,7 +31,7 @@ use crate::history::{
 use crate::rng::{mix, SimRng};
 use crate::workload::{
     AuthClient, AuthPhase, LeaseClient, MembershipClient, MembershipOp, MembershipStep, Mixed,
-    SnapshotClient, WatchClient, WatchTarget, WritesInFlight,
+    Renewals, SnapshotClient, WatchClient, WatchTarget, WritesInFlight,
 };
 
 /// How long watch clients may take, once the writers are done, to deliver the last
@@ -63,6 +63,10 @@ const LEASES_ON_LEADER_PERCENT: u64 = 50;
 
 /// Seeds (in a hundred) whose first crash of the leader mid-write is a restart at once.
 const RESTART_MID_WRITE_PERCENT: u64 = 50;
+
+/// Seeds (in a hundred, of those that keep leases on the leader) whose first isolation
+/// of the leader comes right after a renewal.
+const ISOLATE_AFTER_RENEWAL_PERCENT: u64 = 70;
 
 /// Seeds (in a hundred, of those that keep leases on the leader) whose first isolation
 /// of the leader lasts 6-9 s: longer than an election and the longest lease's TTL.
@@ -164,6 +168,8 @@ pub struct Scenario {
     pub leases_on_leader: bool,
     /// The lease client renews every this many thirds of a TTL.
     pub renew_every_thirds: u64,
+    /// The TTLs the lease client asks for, in seconds, from `.0` to `.1`.
+    pub lease_ttl: (i64, i64),
     /// The server bugs the run steps around (see [`KnownIssues`]).
     pub known: KnownIssues,
     /// Where members keep their data (default: `/dev/shm` if it exists, so fsyncs
@@ -233,6 +239,12 @@ impl Scenario {
         if rng.percent(RESTART_MID_WRITE_PERCENT) {
             plan.replace(&Fault::CrashLeaderMidWrite, Fault::RestartLeaderMidWrite);
         }
+        // And again: in most seeds that keep leases on the leader, the first isolation
+        // of the leader comes right after a renewal, while the leader's last checkpoint
+        // may still say less than it just promised.
+        if leases_on_leader && rng.percent(ISOLATE_AFTER_RENEWAL_PERCENT) {
+            plan.replace(&Fault::IsolateLeader, Fault::IsolateLeaderAfterRenewal);
+        }
         Scenario {
             seed,
             plan,
@@ -246,6 +258,14 @@ impl Scenario {
             lease_checkpoint_interval,
             leases_on_leader,
             renew_every_thirds,
+            // A client that renews late keeps longer leases, as such clients do: the
+            // gap between a renewal and the checkpoint before it can then exceed what
+            // a new leader's election and a checkpoint's rounding up take.
+            lease_ttl: if renew_every_thirds == 2 {
+                (6, 10)
+            } else {
+                (3, 5)
+            },
             known: KnownIssues::of_this_server(),
             data_root: default_data_root(),
         }
@@ -401,6 +421,7 @@ impl Scenario {
             });
         }
 
+        let renewals = Renewals::new();
         let lease_client = LeaseClient {
             leases: self.leases,
             run_for,
@@ -408,6 +429,8 @@ impl Scenario {
             directory: Some(directory.clone()),
             pin_to_leader: self.leases_on_leader,
             renew_every_thirds: self.renew_every_thirds,
+            renewals: renewals.clone(),
+            ttl: self.lease_ttl,
             ..LeaseClient::new("lease1", cluster.endpoints(), mix(self.seed, 300))
         };
         let lease_finished = Rc::new(Cell::new(false));
@@ -453,7 +476,8 @@ impl Scenario {
             });
         }
 
-        let mut injector = Injector::new(&cluster, watch.clone(), writes, self.seed);
+        let mut injector =
+            Injector::new(&cluster, watch.clone(), writes, self.seed).with_renewals(renewals);
         let outcome = self
             .plan
             .episodes

@@ -22,6 +22,8 @@
 //! completion times. It must never judge what it sees (the lease checker does) and
 //! never inject faults.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
@@ -34,6 +36,27 @@ use crate::error::SimError;
 use crate::faults;
 use crate::history::{self, History, Op, Operation, Outcome};
 use crate::rng::SimRng;
+
+/// How many keepalives the lease client has seen answered with a TTL above 0: a fault
+/// schedule waits on it to cut the leader off right after a renewal. Cheap to clone;
+/// clones share the count.
+#[derive(Clone, Debug, Default)]
+pub struct Renewals(Arc<AtomicU64>);
+
+impl Renewals {
+    pub fn new() -> Self {
+        Renewals::default()
+    }
+
+    /// Renewals answered so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    fn count(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
 
 /// A client granting and keeping leases; see the module docs.
 #[derive(Clone, Debug)]
@@ -71,6 +94,8 @@ pub struct LeaseClient {
     /// 2 for a client that renews late (a checkpoint may then record much less than
     /// the TTL between two renewals).
     pub renew_every_thirds: u64,
+    /// Counts the renewals answered, for a fault schedule.
+    pub renewals: Renewals,
     pub options: ClientOptions,
 }
 
@@ -92,6 +117,7 @@ impl LeaseClient {
             attempts: 3,
             pin_to_leader: false,
             renew_every_thirds: 1,
+            renewals: Renewals::new(),
             options: ClientOptions::default(),
         }
     }
@@ -403,7 +429,10 @@ impl Worker {
                 }
             };
         let answer = match outcome {
-            Outcome::KeptAlive { ttl } if ttl > 0 => Answer::Alive,
+            Outcome::KeptAlive { ttl } if ttl > 0 => {
+                self.client.renewals.count();
+                Answer::Alive
+            }
             Outcome::KeptAlive { .. } => Answer::Gone,
             _ => {
                 *stream = None;

@@ -67,9 +67,16 @@ fn leases_on_leader_without_checkpoints(s: &Scenario) -> bool {
 }
 
 /// A lease client that keeps its leases on the leader while the leader checkpoints
-/// them often: a new leader resumes from what the last checkpoint says is left.
+/// them often, and an isolation of the leader right after a renewal: a new leader
+/// resumes from what the last checkpoint says is left.
 fn leases_on_leader_with_checkpoints(s: &Scenario) -> bool {
-    s.auth.is_none() && s.leases_on_leader && s.lease_checkpoint_interval.as_secs() <= 60
+    s.auth.is_none()
+        && s.leases_on_leader
+        && s.lease_checkpoint_interval.as_secs() <= 60
+        && s.plan
+            .episodes
+            .iter()
+            .any(|e| e.faults.contains(&Fault::IsolateLeaderAfterRenewal))
 }
 
 /// A restart of the leader at once mid-write: followers' forwarding streams break with
@@ -165,6 +172,13 @@ pub fn all() -> Vec<Mutant> {
             shows: leases_on_leader_without_checkpoints,
         },
         Mutant {
+            bug: PlantedBug::KeepaliveKeepsCheckpoint,
+            check: "the checkpoint reset before a whole-TTL promise",
+            caught_by: &["lease-safety"],
+            seeds: &[90],
+            shows: leases_on_leader_with_checkpoints,
+        },
+        Mutant {
             bug: PlantedBug::Raft(RaftBug::ReadSkipsApplyWait),
             check: "a member waits for apply to reach the read index",
             caught_by: LINEARIZABLE,
@@ -199,22 +213,13 @@ pub fn all() -> Vec<Mutant> {
 /// says why for each): `mutants --gaps` runs them; CI does not, since they are missed.
 #[cfg_attr(test, allow(dead_code))] // the example's `--gaps`
 pub fn gaps() -> Vec<Mutant> {
-    vec![
-        Mutant {
-            bug: PlantedBug::KeepaliveKeepsCheckpoint,
-            check: "the checkpoint reset before a whole-TTL promise",
-            caught_by: &["lease-safety"],
-            seeds: &[1],
-            shows: leases_on_leader_with_checkpoints,
-        },
-        Mutant {
-            bug: PlantedBug::ExpiryIgnoresTerm,
-            check: "an expiry applies only in its leader's term",
-            caught_by: &["lease-safety"],
-            seeds: &[1],
-            shows: any,
-        },
-    ]
+    vec![Mutant {
+        bug: PlantedBug::ExpiryIgnoresTerm,
+        check: "an expiry applies only in its leader's term",
+        caught_by: &["lease-safety"],
+        seeds: &[1],
+        shows: any,
+    }]
 }
 
 /// The property a violation line names (`property violated: detail`), or the whole

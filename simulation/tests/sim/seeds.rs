@@ -116,6 +116,7 @@ fn ci_set_covers_both_sizes_and_every_fault_kind() {
             Fault::CrashLeaderMidWrite => "crash-mid-write",
             // Never drawn by a plan; a scenario puts it in place of a crash mid-write.
             Fault::RestartLeaderMidWrite => "restart-mid-write",
+            Fault::IsolateLeaderAfterRenewal => "isolate-after-renewal",
             Fault::Restart(_) => "restart",
             Fault::CrashMajority => "crash-majority",
             Fault::Slow { .. } => "slow",
@@ -151,7 +152,7 @@ fn ci_set_takes_raft_snapshots_in_some_seeds() {
 /// Some seeds of the set keep their leases on the leader, with lease checkpoints often
 /// and with none within the seed, so that a leader the faults cut off answers
 /// keepalives while it may already be deposed, and a new leader times the leases from
-/// a checkpoint or from its election.
+/// a checkpoint or from its election; some cut the leader off right after a renewal.
 #[test]
 fn ci_set_keeps_leases_on_the_leader_in_some_seeds() {
     let scenarios: Vec<Scenario> = (1..=CI_SEEDS)
@@ -169,6 +170,16 @@ fn ci_set_keeps_leases_on_the_leader_in_some_seeds() {
         (5..=30).contains(&with_checkpoints),
         "{with_checkpoints} seeds"
     );
+    let after_renewal = scenarios
+        .iter()
+        .filter(|s| {
+            s.plan
+                .episodes
+                .iter()
+                .any(|e| e.faults.contains(&Fault::IsolateLeaderAfterRenewal))
+        })
+        .count();
+    assert!((2..=20).contains(&after_renewal), "{after_renewal} seeds");
 }
 
 /// Some seeds of the set restart the leader at once mid-write, breaking the followers'
