@@ -150,6 +150,11 @@ impl FaultPlan {
         FaultPlan { nodes, episodes }
     }
 
+    /// True if some episode of the plan has `fault`.
+    pub fn has(&self, fault: &Fault) -> bool {
+        self.episodes.iter().any(|e| e.faults.contains(fault))
+    }
+
     /// Puts `with` in place of the first `fault` of the plan; false if it has none.
     pub fn replace(&mut self, fault: &Fault, with: Fault) -> bool {
         let first = self

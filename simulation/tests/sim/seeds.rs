@@ -172,12 +172,7 @@ fn ci_set_keeps_leases_on_the_leader_in_some_seeds() {
     );
     let after_renewal = scenarios
         .iter()
-        .filter(|s| {
-            s.plan
-                .episodes
-                .iter()
-                .any(|e| e.faults.contains(&Fault::IsolateLeaderAfterRenewal))
-        })
+        .filter(|s| s.plan.has(&Fault::IsolateLeaderAfterRenewal))
         .count();
     assert!((2..=20).contains(&after_renewal), "{after_renewal} seeds");
 }
@@ -188,12 +183,7 @@ fn ci_set_keeps_leases_on_the_leader_in_some_seeds() {
 fn ci_set_restarts_the_leader_mid_write_in_some_seeds() {
     let with = (1..=CI_SEEDS)
         .map(Scenario::from_seed)
-        .filter(|s| {
-            s.plan
-                .episodes
-                .iter()
-                .any(|e| e.faults.contains(&Fault::RestartLeaderMidWrite))
-        })
+        .filter(|s| s.plan.has(&Fault::RestartLeaderMidWrite))
         .count();
     assert!((3..=20).contains(&with), "{with} seeds");
 }
