@@ -238,6 +238,10 @@ pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
                     id,
                     leader_term: term,
                 });
+                #[cfg(feature = "planted-bugs")]
+                if crate::planted::is_planted(crate::planted::PlantedBug::PausedExpiryProposals) {
+                    tokio::time::sleep(crate::planted::EXPIRY_PAUSE).await;
+                }
                 match node.propose(expiry).await {
                     Ok(_) => {
                         crate::metrics::server::lease_expired();

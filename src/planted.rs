@@ -9,6 +9,12 @@
 //! be enabled in a build that serves users.
 
 use std::sync::Mutex;
+use std::time::Duration;
+
+/// How long [`PlantedBug::PausedExpiryProposals`] holds each expiry between the
+/// lessor's decision and its proposal: longer than an election, so that a successor
+/// can be elected and renew the lease meanwhile.
+pub const EXPIRY_PAUSE: Duration = Duration::from_secs(6);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlantedBug {
@@ -57,6 +63,11 @@ pub enum PlantedBug {
     /// leader's decision, forwarded to its successor, revokes a lease the successor
     /// keeps alive.
     ExpiryIgnoresTerm,
+    /// Not a bug but a condition that targeted scenarios plant with one (and without,
+    /// to show the seed passes): the lessor proposes each expiry [`EXPIRY_PAUSE`] after
+    /// deciding it, as a task descheduled that long would, so that the leader that
+    /// decided it can be deposed in between.
+    PausedExpiryProposals,
     /// A bug of the raft layer (`quantykube_raft::planted`).
     Raft(quantykube_raft::planted::RaftBug),
 }

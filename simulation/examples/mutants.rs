@@ -6,12 +6,16 @@
 //! cargo run -p quantykube-simulation --example mutants -- --search 40  # for each bug, the first of 40 seeds that can show it to catch it
 //! cargo run -p quantykube-simulation --example mutants -- --only Keepalive --search 40 --first 65
 //! cargo run -p quantykube-simulation --example mutants -- --gaps            # the checks no seed catches yet
+//! cargo run -p quantykube-simulation --example mutants -- --only ExpiryIgnoresTerm --clean 10
 //! ```
 //!
 //! `--gaps` runs the bugs planted for checks that no seed catches yet instead.
 //! `--search N` tries up to N seeds from `--first` (default 1) that can show each bug,
-//! instead of its listed ones: how the seed to list for a new bug is found. `--only`
-//! keeps the bugs whose name contains the text.
+//! instead of its listed ones: how the seed to list for a new bug is found. `--clean N`
+//! runs N seeds from `--first` as each bug's test runs them, but without the bug (a
+//! targeted scenario's conditions still planted), and exits 1 if any fails: a
+//! scenario's catches show something only if it passes clean. `--only` keeps the bugs
+//! whose name contains the text.
 
 #[path = "../tests/planted/mutants.rs"]
 mod mutants;
@@ -19,6 +23,7 @@ mod mutants;
 struct Args {
     gaps: bool,
     search: Option<usize>,
+    clean: Option<u64>,
     first: u64,
     only: Option<String>,
 }
@@ -27,6 +32,7 @@ fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         gaps: false,
         search: None,
+        clean: None,
         first: 1,
         only: None,
     };
@@ -38,6 +44,10 @@ fn parse_args() -> Result<Args, String> {
                 let v = value("--search")?;
                 args.search = Some(v.parse().map_err(|e| format!("--search {v}: {e}"))?);
             }
+            "--clean" => {
+                let v = value("--clean")?;
+                args.clean = Some(v.parse().map_err(|e| format!("--clean {v}: {e}"))?);
+            }
             "--first" => {
                 let v = value("--first")?;
                 args.first = v.parse().map_err(|e| format!("--first {v}: {e}"))?;
@@ -46,7 +56,8 @@ fn parse_args() -> Result<Args, String> {
             "--gaps" => args.gaps = true,
             "-h" | "--help" => {
                 return Err(
-                    "usage: mutants [--gaps] [--search N] [--first SEED] [--only TEXT]".into(),
+                    "usage: mutants [--gaps] [--search N | --clean N] [--first SEED] [--only TEXT]"
+                        .into(),
                 )
             }
             other => return Err(format!("unknown argument {other:?}; try --help")),
@@ -73,6 +84,22 @@ fn main() {
         if args.only.as_ref().is_some_and(|only| !name.contains(only)) {
             continue;
         }
+        if let Some(seeds) = args.clean {
+            for seed in args.first..args.first + seeds {
+                let report = mutants::run_clean(&mutant, seed);
+                match report.passed() {
+                    true => println!("{name} seed {seed} without the bug: passed"),
+                    false => {
+                        missed += 1;
+                        println!(
+                            "{name} seed {seed} without the bug: FAILED {:?}",
+                            report.violations
+                        );
+                    }
+                }
+            }
+            continue;
+        }
         let verdict = match args.search {
             Some(limit) => mutants::search(&mutant, args.first, limit),
             None => mutants::run(&mutant),
@@ -83,7 +110,7 @@ fn main() {
         }
     }
     if missed > 0 {
-        println!("{missed} planted bug(s) missed");
+        println!("{missed} planted bug(s) missed, or clean seed(s) failed");
         std::process::exit(1);
     }
 }

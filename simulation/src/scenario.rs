@@ -30,9 +30,11 @@ use crate::history::{
 };
 use crate::rng::{mix, SimRng};
 use crate::workload::{
-    AuthClient, AuthPhase, LeaseClient, MembershipClient, MembershipOp, MembershipStep, Mixed,
-    Renewals, SnapshotClient, WatchClient, WatchTarget, WritesInFlight,
+    AuthClient, AuthPhase, Lapse, LeaseClient, MembershipClient, MembershipOp, MembershipStep,
+    Mixed, Renewals, SnapshotClient, WatchClient, WatchTarget, WritesInFlight,
 };
+
+mod targeted;
 
 /// How long watch clients may take, once the writers are done, to deliver the last
 /// acknowledged write; more is a liveness violation.
@@ -170,6 +172,13 @@ pub struct Scenario {
     pub renew_every_thirds: u64,
     /// The TTLs the lease client asks for, in seconds, from `.0` to `.1`.
     pub lease_ttl: (i64, i64),
+    /// If set, the lease client's keepalives stop for a while (none in a seed's own
+    /// scenario; see [`Scenario::deposed_leaders_expiry`]).
+    pub lease_lapse: Option<Lapse>,
+    /// How long the members hold an expiry between deciding and proposing it: zero,
+    /// unless a targeted scenario's run plants that pause (the planted-bug registry
+    /// does), when the lease checker's liveness bound must allow for it.
+    pub expiry_pause: Duration,
     /// The server bugs the run steps around (see [`KnownIssues`]).
     pub known: KnownIssues,
     /// Where members keep their data (default: `/dev/shm` if it exists, so fsyncs
@@ -266,6 +275,8 @@ impl Scenario {
             } else {
                 (3, 5)
             },
+            lease_lapse: None,
+            expiry_pause: Duration::ZERO,
             known: KnownIssues::of_this_server(),
             data_root: default_data_root(),
         }
@@ -431,6 +442,7 @@ impl Scenario {
             renew_every_thirds: self.renew_every_thirds,
             renewals: renewals.clone(),
             ttl: self.lease_ttl,
+            lapse: self.lease_lapse,
             ..LeaseClient::new("lease1", cluster.endpoints(), mix(self.seed, 300))
         };
         let lease_finished = Rc::new(Cell::new(false));
@@ -597,7 +609,7 @@ impl Scenario {
             .filter(|op| matches!(op.outcome, Outcome::Granted { .. }))
             .count();
         report.violations.extend(
-            checker::check_leases(&operations, stable_since)
+            checker::check_leases(&operations, stable_since, self.expiry_pause)
                 .iter()
                 .map(ToString::to_string),
         );

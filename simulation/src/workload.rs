@@ -25,7 +25,7 @@ mod snapshot;
 mod watch;
 
 pub use auth::{AuthClient, AuthPhase};
-pub use lease::{LeaseClient, Renewals};
+pub use lease::{Lapse, LeaseClient, Renewals};
 pub use membership::{MembershipClient, MembershipOp, MembershipStep};
 pub use mixed::{Mix, Mixed, WritesInFlight};
 pub use snapshot::SnapshotClient;

@@ -14,7 +14,9 @@
 //! it). Grants and reads fail over as [`super::Mixed`]'s requests do; a Put or a
 //! revoke that may have reached a member is not retried. A client that keeps its leases
 //! on the leader (`pin_to_leader`) opens each stream on the member that the Status
-//! answer of the newest term names leader, and stays there while it answers.
+//! answer of the newest term names leader, and stays there while it answers. A client
+//! with a [`Lapse`] stops every keepalive for a while, as a paused process does, and
+//! then resumes them.
 //!
 //! After `run_for` no lease is granted or kept alive; the client keeps reading the
 //! keys still there until they are gone (or `drain_for` has passed). Every request,
@@ -36,6 +38,16 @@ use crate::error::SimError;
 use crate::faults;
 use crate::history::{self, History, Op, Operation, Outcome};
 use crate::rng::SimRng;
+
+/// A pause in the keepalives of every lease: none is sent from `from` (counted from
+/// the client's start) for `lasting`, then they resume. A lapsing client grants its
+/// leases at once, keeps them alive for its whole run and never revokes one, so that
+/// the lapse is the only gap in their renewals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lapse {
+    pub from: Duration,
+    pub lasting: Duration,
+}
 
 /// How many keepalives the lease client has seen answered with a TTL above 0: a fault
 /// schedule waits on it to cut the leader off right after a renewal. Cheap to clone;
@@ -96,6 +108,8 @@ pub struct LeaseClient {
     pub renew_every_thirds: u64,
     /// Counts the renewals answered, for a fault schedule.
     pub renewals: Renewals,
+    /// If set, every lease's keepalives stop for a while (see [`Lapse`]).
+    pub lapse: Option<Lapse>,
     pub options: ClientOptions,
 }
 
@@ -118,6 +132,7 @@ impl LeaseClient {
             pin_to_leader: false,
             renew_every_thirds: 1,
             renewals: Renewals::new(),
+            lapse: None,
             options: ClientOptions::default(),
         }
     }
@@ -178,7 +193,7 @@ impl Plan {
     fn draw(rng: &mut SimRng, n: usize, client: &LeaseClient) -> Plan {
         let run_ms = client.run_for.as_millis() as u64;
         let (min, max) = client.ttl;
-        Plan {
+        let plan = Plan {
             n,
             // Granted in the first 70% of the run: most expire within it.
             start_after: rng.millis(0, run_ms * 7 / 10),
@@ -187,6 +202,15 @@ impl Plan {
             member: rng.index(client.endpoints_now().len()),
             keep_alive_for: (!rng.percent(25)).then(|| rng.millis(1_000, run_ms.max(1_001))),
             revoke_after: rng.percent(15).then(|| rng.millis(500, 4_000)),
+        };
+        match client.lapse {
+            Some(_) => Plan {
+                start_after: Duration::ZERO,
+                keep_alive_for: Some(client.run_for),
+                revoke_after: None,
+                ..plan
+            },
+            None => plan,
         }
     }
 }
@@ -241,6 +265,10 @@ impl Worker {
         let thirds = self.client.renew_every_thirds.clamp(1, 2);
         let every =
             Duration::from_millis(u64::try_from(ttl).unwrap_or(1).max(1) * 1000 * thirds / 3);
+        let lapse = self.client.lapse.map(|lapse| {
+            let from = self.end.saturating_sub(self.client.run_for) + lapse.from;
+            from..from + lapse.lasting
+        });
         let mut stream: Option<Stream> = None;
         let mut next_keepalive = history::now();
         let mut next_read = history::now() + self.rng.millis(500, 1_000);
@@ -255,7 +283,8 @@ impl Worker {
                 self.once(Op::LeaseRevoke { id }).await;
                 continue;
             }
-            let keeping = alive && now < keep_until;
+            let lapsed = lapse.as_ref().is_some_and(|lapse| lapse.contains(&now));
+            let keeping = alive && now < keep_until && !lapsed;
             if !keeping {
                 stream = None;
             }
@@ -294,6 +323,9 @@ impl Worker {
             }
             if let Some(at) = revoke_at.filter(|_| alive) {
                 wake = wake.min(at);
+            }
+            if let Some(lapse) = lapse.as_ref().filter(|_| alive && lapsed) {
+                wake = wake.min(lapse.end);
             }
             tokio::time::sleep(wake.saturating_sub(now).max(Duration::from_millis(1))).await;
         }
