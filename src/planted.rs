@@ -63,6 +63,10 @@ pub enum PlantedBug {
     /// leader's decision, forwarded to its successor, revokes a lease the successor
     /// keeps alive.
     ExpiryIgnoresTerm,
+    /// A joining member takes the id its peers list under its peer URLs even when
+    /// another peer reports that id removed: a replacement that asks a partitioned,
+    /// stale peer first takes the removed member's id.
+    JoinerIgnoresRemovals,
     /// Not a bug but a condition that targeted scenarios plant with one (and without,
     /// to show the seed passes): the lessor proposes each expiry [`EXPIRY_PAUSE`] after
     /// deciding it, as a task descheduled that long would, so that the leader that
