@@ -2,20 +2,21 @@
 //! clients, one or two [`WatchClient`]s watching their keys, one [`LeaseClient`] with
 //! keys of its own, one [`SnapshotClient`] taking backups, in some seeds a [`MembershipClient`] adding, removing and
 //! replacing members meanwhile, the seed's [`FaultPlan`], healing, and every checker.
-//! A few seeds (see [`AUTH_PERCENT`]) run etcd auth instead: an [`AuthClient`]
+//! A few seeds (see [`AUTH_PERCENT`]) run etcd auth instead: an [`AuthClient`](crate::workload::AuthClient)
 //! administrator taking permissions, roles and users away and giving them back while
 //! its users read and write (the other clients would need tokens), under the same
 //! faults, judged by the auth checker and the key-value checkers.
 //!
 //! This module owns [`Scenario`] (what a seed runs) and [`SeedReport`] (what came of
-//! it: counts, the faults as injected, violations, and a hash of every event). The CI
+//! it: counts, the faults as injected, violations, and a hash of every event; in
+//! `report`), with the auth seeds' part of a run in `auth` and the scenarios aimed at
+//! one check in `targeted`. The CI
 //! seed set, the replay test, the determinism test and the soak command all run seeds
 //! through here, so a seed means the same run everywhere. It never panics on a failing
 //! seed: a violation, a member that stops, a cluster that elects no leader or clients
 //! that never finish all end up in the report's violations.
 
 use std::cell::{Cell, RefCell};
-use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -25,16 +26,19 @@ use crate::checker::{self, Fnv};
 use crate::cluster::SimCluster;
 use crate::error::SimError;
 use crate::faults::{step_until, Fault, FaultPlan, Injector, LeaderWatch};
-use crate::history::{
-    AuthLog, History, MembershipLog, Op, Operation, Outcome, SnapshotLog, WatchLog,
-};
+use crate::history::{History, MembershipLog, Op, Operation, Outcome, SnapshotLog, WatchLog};
 use crate::rng::{mix, SimRng};
 use crate::workload::{
-    AuthClient, AuthPhase, Lapse, LeaseClient, MembershipClient, MembershipOp, MembershipStep,
-    Mixed, Renewals, SnapshotClient, WatchClient, WatchTarget, WritesInFlight,
+    Lapse, LeaseClient, MembershipClient, MembershipOp, MembershipStep, Mixed, Renewals,
+    SnapshotClient, WatchClient, WatchTarget, WritesInFlight,
 };
 
+mod auth;
+mod report;
 mod targeted;
+
+pub use auth::AuthPlan;
+pub use report::SeedReport;
 
 /// How long watch clients may take, once the writers are done, to deliver the last
 /// acknowledged write; more is a liveness violation.
@@ -636,98 +640,6 @@ impl Scenario {
     }
 }
 
-impl Scenario {
-    /// The rest of [`Scenario::drive`] for an auth seed: the administrator and its
-    /// users under the seed's faults, then (auth off again) the key-value checkers on
-    /// the users' requests and the auth checker on the auth log.
-    fn drive_auth(
-        &self,
-        sim: &mut turmoil::Sim<'_>,
-        history: &History,
-        report: &mut SeedReport,
-        cluster: &SimCluster,
-        watch: LeaderWatch,
-        plan: &AuthPlan,
-    ) -> Result<(), SimError> {
-        report.clients = plan.users;
-        report.watchers = 0;
-        let run_for = run_for(&self.plan);
-        let log = AuthLog::new();
-        let phase = AuthPhase::new();
-        let auth = AuthClient {
-            users: plan.users,
-            episodes: plan.episodes,
-            run_for,
-            ..AuthClient::new("auth-admin", cluster.directory(), mix(self.seed, 600))
-        };
-        for n in 1..=plan.users {
-            let (user, log, history, phase) =
-                (auth.clone(), log.clone(), history.clone(), phase.clone());
-            sim.client(format!("auth-u{n}"), async move {
-                user.user(n, log, history, phase).await?;
-                Ok(())
-            });
-        }
-        let (admin, admin_log, admin_phase) = (auth.clone(), log.clone(), phase.clone());
-        sim.client("auth-admin", async move {
-            admin.admin(admin_log, admin_phase).await?;
-            Ok(())
-        });
-
-        let mut injector = Injector::new(cluster, watch.clone(), WritesInFlight::new(), self.seed);
-        let outcome = self
-            .plan
-            .episodes
-            .iter()
-            .try_for_each(|episode| injector.run_episode(sim, episode));
-        report.faults = injector.log().to_vec();
-        report.injected = injector.injected();
-        outcome?;
-        let limit = run_for + Duration::from_secs(120);
-        if !injector.step_until(sim, limit, || phase.admin_done())? {
-            return Err(SimError::Timeout(format!(
-                "the auth clients still running {limit:?} after the faults"
-            )));
-        }
-        watch.stop();
-
-        let verdict = Rc::new(RefCell::new(None));
-        let out = verdict.clone();
-        let members = cluster.members();
-        let operations = history.operations();
-        sim.client("checker", async move {
-            let checked =
-                checker::check_all(&members, &operations, 1, Duration::from_secs(30)).await;
-            *out.borrow_mut() = Some(checked);
-            Ok(())
-        });
-        sim.run().map_err(|e| SimError::Simulation(e.to_string()))?;
-        let Some((digests, violations)) = verdict.take() else {
-            return Err(SimError::Simulation("the checker did not finish".into()));
-        };
-        report.trace.extend(digests.iter().map(ToString::to_string));
-        report
-            .violations
-            .extend(violations.iter().map(ToString::to_string));
-        let admin = log.admin();
-        report.auth_changes = admin.len();
-        report.trace.extend(admin.iter().map(ToString::to_string));
-        report
-            .violations
-            .extend(checker::check_auth(&log).iter().map(ToString::to_string));
-        Ok(())
-    }
-}
-
-/// What an auth seed runs (see [`AuthClient`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AuthPlan {
-    /// Users, each reading and writing its own keys and the shared ones.
-    pub users: usize,
-    /// Times the administrator takes something away and gives it back.
-    pub episodes: usize,
-}
-
 /// One line for a seed's trace: what the lease client `name` did, by kind and answer.
 fn lease_digest(name: &str, operations: &[Operation]) -> String {
     let mine = || operations.iter().filter(|op| op.client == name);
@@ -797,111 +709,4 @@ fn run_for(plan: &FaultPlan) -> Duration {
 pub fn default_data_root() -> Option<PathBuf> {
     let shm = PathBuf::from("/dev/shm");
     shm.is_dir().then_some(shm)
-}
-
-/// What came of one seed.
-#[derive(Clone, Debug)]
-pub struct SeedReport {
-    pub seed: u64,
-    pub plan: FaultPlan,
-    /// The membership client's plan (empty: none).
-    pub membership: Vec<MembershipStep>,
-    pub clients: usize,
-    pub watchers: usize,
-    /// Leases the lease client was granted.
-    pub leases: usize,
-    /// Membership changes the membership client asked for (0 without one).
-    pub membership_changes: usize,
-    /// Administrative auth requests sent (0 in a seed without auth).
-    pub auth_changes: usize,
-    /// The faults as injected, one line each with its simulated time and target.
-    pub faults: Vec<String>,
-    /// How many faults were injected.
-    pub injected: usize,
-    /// Operations recorded (and checked).
-    pub operations: usize,
-    /// Of those, how many had an unknown outcome.
-    pub unknown: usize,
-    /// Events the watchers got (and the watch checker judged).
-    pub watch_events: usize,
-    /// Snapshot files fetched complete (and checked), and calls that failed.
-    pub snapshots: usize,
-    pub snapshots_failed: usize,
-    /// Every violated property and every failure of the run; empty if the seed passed.
-    pub violations: Vec<String>,
-    /// Findings of the server bugs the run knows of ([`KnownIssues`]): reported, not
-    /// failing the seed.
-    pub known: Vec<String>,
-    /// Every event: operations with outcomes and simulated times, faults, final
-    /// digests, each watcher's digest, the simulated end.
-    pub trace: Vec<String>,
-    /// FNV-1a of `trace`: equal for two runs of a seed that replays exactly.
-    pub trace_hash: u64,
-    /// Simulated time the seed took.
-    pub simulated: Duration,
-    /// Real time it took.
-    pub real: Duration,
-}
-
-impl SeedReport {
-    pub fn passed(&self) -> bool {
-        self.violations.is_empty()
-    }
-
-    /// One line: seed, size, counts, times, verdict.
-    pub fn summary(&self) -> String {
-        format!(
-            "seed {}: {} members, {} clients, {} watchers, {} leases, {} membership changes, {}{} \
-             faults, {} ops ({} unknown), {} watch events, {} snapshots ({} failed), {:.1}s \
-             simulated in {:.1}s, {}{}",
-            self.seed,
-            self.plan.nodes,
-            self.clients,
-            self.watchers,
-            self.leases,
-            self.membership_changes,
-            if self.auth_changes > 0 {
-                format!("{} auth changes, ", self.auth_changes)
-            } else {
-                String::new()
-            },
-            self.injected,
-            self.operations,
-            self.unknown,
-            self.watch_events,
-            self.snapshots,
-            self.snapshots_failed,
-            self.simulated.as_secs_f64(),
-            self.real.as_secs_f64(),
-            if self.passed() { "ok" } else { "FAILED" },
-            if self.known.is_empty() {
-                String::new()
-            } else {
-                format!(" ({} findings of known server bugs)", self.known.len())
-            }
-        )
-    }
-}
-
-impl fmt::Display for SeedReport {
-    /// The summary; for a failed seed also its plan, its faults as injected, its
-    /// violations and the command that replays it.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{}", self.summary())?;
-        if self.passed() {
-            return Ok(());
-        }
-        writeln!(f, "  plan: {}", self.plan)?;
-        if !self.membership.is_empty() {
-            let steps: Vec<String> = self.membership.iter().map(|s| s.op.to_string()).collect();
-            writeln!(f, "  membership: {}", steps.join(", "))?;
-        }
-        for fault in &self.faults {
-            writeln!(f, "  fault {fault}")?;
-        }
-        for violation in &self.violations {
-            writeln!(f, "  VIOLATION {violation}")?;
-        }
-        writeln!(f, "  replay: {}", replay_command(self.seed))
-    }
 }
