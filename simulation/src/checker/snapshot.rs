@@ -28,6 +28,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
+use std::ops::Bound;
 
 use quantykube::backup::schema;
 use quantykube_bbolt::Database;
@@ -255,7 +256,9 @@ impl<'a> Model<'a> {
             at.entry(version.main).or_default().push(version);
         }
         let history = |detail: String| Err(Violation::new("snapshot-history", what(detail)));
-        for (revision, (op, (key, value))) in self.acknowledged.range(c + 1..=r) {
+        // Above the compaction; `c + 1..=r` would panic for a file with nothing above it.
+        let above_compaction = (Bound::Excluded(c), Bound::Included(r));
+        for (revision, (op, (key, value))) in self.acknowledged.range(above_compaction) {
             let found = at.get(revision).map(Vec::as_slice).unwrap_or_default();
             let matches = |v: &&Version| {
                 v.key == key.as_bytes()
@@ -521,6 +524,14 @@ mod tests {
         let mut with_unknown = sound();
         with_unknown.push((6, "k2", Some(("d", 6, 1))));
         assert!(judged(with_unknown, 0, 60).is_empty());
+    }
+
+    #[test]
+    fn a_file_with_nothing_above_its_compaction_is_judged() {
+        // As a store emptied mid-install exports it: empty, compacted at 0 (this
+        // panicked in the checker once, on the empty range of revisions above).
+        assert!(judged(Vec::new(), 0, 5).is_empty());
+        assert_eq!(judged(Vec::new(), 0, 45), ["snapshot-fresh"]);
     }
 
     #[test]
