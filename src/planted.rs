@@ -16,6 +16,10 @@ use std::time::Duration;
 /// can be elected and renew the lease meanwhile.
 pub const EXPIRY_PAUSE: Duration = Duration::from_secs(6);
 
+/// How long [`PlantedBug::PausedSnapshotInstall`] holds an install with the store
+/// emptied: long enough for a reader to come, far below the leader's install timeout.
+pub const INSTALL_PAUSE: Duration = Duration::from_secs(2);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlantedBug {
     /// Linearizable reads skip the read index and read local, possibly stale, state.
@@ -67,6 +71,15 @@ pub enum PlantedBug {
     /// another peer reports that id removed: a replacement that asks a partitioned,
     /// stale peer first takes the removed member's id.
     JoinerIgnoresRemovals,
+    /// A snapshot install runs without the store's install gate: readers (ranges,
+    /// watch history, Maintenance.Snapshot) may read the store half rewritten.
+    InstallWithoutGate,
+    /// Not a bug but a condition, planted with `InstallWithoutGate` (and without it, to
+    /// show the seed passes): a snapshot install pauses [`INSTALL_PAUSE`] between
+    /// emptying the store and loading the file, as the real server's install, on the
+    /// blocking pool, runs beside the readers (in the simulation it runs inline, and
+    /// nothing can come between its steps).
+    PausedSnapshotInstall,
     /// Not a bug but a condition that targeted scenarios plant with one (and without,
     /// to show the seed passes): the lessor proposes each expiry [`EXPIRY_PAUSE`] after
     /// deciding it, as a task descheduled that long would, so that the leader that

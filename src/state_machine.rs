@@ -208,14 +208,33 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let store = self.store.clone();
         let expected = meta.clone();
         // Readers wait for the whole install: none sees the store half rewritten.
+        #[cfg(not(feature = "planted-bugs"))]
         let _alone = self.store.exclusive().await;
+        #[cfg(feature = "planted-bugs")]
+        let _alone =
+            match crate::planted::is_planted(crate::planted::PlantedBug::InstallWithoutGate) {
+                true => None,
+                false => Some(self.store.exclusive().await),
+            };
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::is_planted(crate::planted::PlantedBug::PausedSnapshotInstall) {
+            let emptying = store.clone();
+            let under_way = self
+                .in_snapshot_dir(move |dir| {
+                    let current = crate::store::keep_received_snapshot(dir, &snapshot.path)?;
+                    emptying.begin_install(&current)
+                })
+                .await?;
+            tokio::time::sleep(crate::planted::INSTALL_PAUSE).await;
+            return self
+                .in_snapshot_dir(move |_| finish_install_as_expected(&store, under_way, &expected))
+                .await
+                .map(|removed| self.guard.add_removed(removed));
+        }
         self.in_snapshot_dir(move |dir| {
             let current = crate::store::keep_received_snapshot(dir, &snapshot.path)?;
-            let installed = store.install_snapshot(&current)?;
-            if installed.last_log_id != expected.last_log_id {
-                return Err(StoreError::corrupt("snapshot file does not match its meta"));
-            }
-            crate::store::read_removed_members(&store)
+            let under_way = store.begin_install(&current)?;
+            finish_install_as_expected(&store, under_way, &expected)
         })
         .await
         .map(|removed| self.guard.add_removed(removed))
@@ -247,4 +266,18 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             snapshot: SnapshotFile { path: info.path },
         })
     }
+}
+
+/// Loads the rest of a snapshot install and checks that the file was the one raft
+/// meant; the removed members the installed store records.
+fn finish_install_as_expected(
+    store: &RevisionStore,
+    under_way: crate::store::InstallUnderWay,
+    expected: &SnapshotMeta,
+) -> Result<Vec<u64>, StoreError> {
+    let installed = store.finish_install(under_way)?;
+    if installed.last_log_id != expected.last_log_id {
+        return Err(StoreError::corrupt("snapshot file does not match its meta"));
+    }
+    crate::store::read_removed_members(store)
 }

@@ -26,6 +26,8 @@
 //!   revision;
 //! - read snapshots ([`check_read_snapshots`]): every read, serializable ones
 //!   included, answered with its key's state at the revision in its own header;
+//! - member reads ([`check_member_reads`], in `member_reads`): no member answers a read
+//!   at an older revision than a read it answered before;
 //! - watches ([`check_watches`], in `watch`): what watch clients saw keeps etcd's
 //!   watch guarantees (ordered, unique, reliable, atomic, bookmarkable, correct
 //!   `prev_kv`, the same events through every member), judged from their logs;
@@ -48,6 +50,7 @@
 mod auth;
 mod hashkv;
 mod lease;
+mod member_reads;
 mod membership;
 mod snapshot;
 mod watch;
@@ -55,6 +58,7 @@ mod watch;
 pub use auth::{check_auth, check_entries as check_auth_entries};
 pub use hashkv::await_hash_agreement;
 pub use lease::{check_leases, LIVENESS_SLACK, SAFETY_SLACK};
+pub use member_reads::check_member_reads;
 pub use membership::{await_member_lists, check_membership, MembershipFacts};
 pub use snapshot::check_snapshots;
 pub use watch::check_watches;
@@ -519,6 +523,7 @@ pub async fn check_all(
         });
     violations.extend(await_hash_agreement(members, HASH_AGREEMENT).await.err());
     violations.extend(check_revisions(operations).err());
+    violations.extend(check_member_reads(operations).err());
     violations.extend(linearizability::check(operations, initial_revision).err());
     if let Some(first) = digests.first() {
         violations.extend(check_accounting(operations, initial_revision, first.revision).err());

@@ -53,7 +53,7 @@ pub use lease::LeaseRecord;
 pub use meta::{read_applied, read_member_attributes, read_removed_members, AppliedState};
 pub use range::in_range;
 pub use range_stream::{chunk_budget, RangeStream};
-pub use snapshot::{keep_received_snapshot, SnapshotInfo};
+pub use snapshot::{keep_received_snapshot, InstallUnderWay, SnapshotInfo};
 pub use write::{ApplyBatch, WriteOutcome};
 
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};

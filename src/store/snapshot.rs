@@ -27,6 +27,15 @@ use rocksdb::{IteratorMode, WriteBatch};
 
 use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_LATEST, CF_LEASE, CF_META};
 
+/// A snapshot install between [`RevisionStore::begin_install`] and
+/// [`RevisionStore::finish_install`]: the store emptied, the file read up to its
+/// records.
+pub struct InstallUnderWay {
+    input: BufReader<File>,
+    meta: SnapshotMeta,
+    path: PathBuf,
+}
+
 const MAGIC: &[u8; 8] = b"QKSNAP01";
 const END: u8 = 0xFF;
 /// Column families carried, by their record tag (the tag is the index; new families go
@@ -203,6 +212,14 @@ impl RevisionStore {
     /// store cut short in between claims nothing applied, and at restart openraft
     /// restores it from that current snapshot, whose log id is ahead.
     pub fn install_snapshot(&self, path: &Path) -> Result<SnapshotMeta, StoreError> {
+        let under_way = self.begin_install(path)?;
+        self.finish_install(under_way)
+    }
+
+    /// The first half of [`install_snapshot`](Self::install_snapshot): checks the file's
+    /// header, then forgets the applied log id and empties the store. Only a planted
+    /// condition of the simulation lets anything run between the halves.
+    pub fn begin_install(&self, path: &Path) -> Result<InstallUnderWay, StoreError> {
         let mut input = BufReader::new(File::open(path)?);
         let meta = read_header(&mut input)?;
         // A compaction pass under way was for the store about to go.
@@ -214,6 +231,21 @@ impl RevisionStore {
         for name in CARRIED {
             self.clear(name)?;
         }
+        Ok(InstallUnderWay {
+            input,
+            meta,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The second half: loads the file's records, writes the applied log id last, and
+    /// reloads what follows from the store.
+    pub fn finish_install(&self, under_way: InstallUnderWay) -> Result<SnapshotMeta, StoreError> {
+        let InstallUnderWay {
+            mut input,
+            meta,
+            path,
+        } = under_way;
         let mut batch = WriteBatch::default();
         loop {
             let mut tag = [0u8; 1];

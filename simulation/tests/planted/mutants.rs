@@ -112,6 +112,12 @@ fn deposed_leaders_expiry(seed: u64) -> Scenario {
     Scenario::deposed_leaders_expiry(seed, planted::EXPIRY_PAUSE)
 }
 
+/// Members that take raft snapshots often, so that one behind installs one while the
+/// clients read, watch and take backups.
+fn with_raft_snapshots(s: &Scenario) -> bool {
+    s.raft_snapshot_count.is_some()
+}
+
 /// What the linearizability checker reports.
 const LINEARIZABLE: &[&str] = &["linearizability"];
 
@@ -245,6 +251,19 @@ pub fn all() -> Vec<Mutant> {
             seeds: &[7],
             shows: with_membership,
             targeted: None,
+        },
+        Mutant {
+            bug: PlantedBug::InstallWithoutGate,
+            check: "snapshot install is atomic for readers",
+            caught_by: &["member-monotonic"],
+            seeds: &[19],
+            shows: with_raft_snapshots,
+            // The seed's own scenario; the install pauses with the store emptied, as
+            // the real server's install on the blocking pool lets readers in.
+            targeted: Some(Targeted {
+                scenario: Scenario::from_seed,
+                with: &[PlantedBug::PausedSnapshotInstall],
+            }),
         },
         Mutant {
             bug: PlantedBug::ExpiryIgnoresTerm,
