@@ -90,6 +90,28 @@ impl StateMachine {
         .await
     }
 
+    /// The install as `PausedSnapshotInstall` plants it: the store emptied, a pause in
+    /// which readers may come (the gate decides), then the file loaded.
+    #[cfg(feature = "planted-bugs")]
+    async fn install_with_pause(
+        &mut self,
+        snapshot: SnapshotFile,
+        expected: SnapshotMeta,
+    ) -> Result<(), io::Error> {
+        let store = self.store.clone();
+        let emptying = store.clone();
+        let under_way = self
+            .in_snapshot_dir(move |dir| {
+                let current = crate::store::keep_received_snapshot(dir, &snapshot.path)?;
+                emptying.begin_install(&current)
+            })
+            .await?;
+        tokio::time::sleep(crate::planted::INSTALL_PAUSE).await;
+        self.in_snapshot_dir(move |_| finish_install_as_expected(&store, under_way, &expected))
+            .await
+            .map(|removed| self.guard.add_removed(removed))
+    }
+
     /// Runs blocking store work where this member runs it.
     async fn blocking<T: Send + 'static>(
         &self,
@@ -218,18 +240,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             };
         #[cfg(feature = "planted-bugs")]
         if crate::planted::is_planted(crate::planted::PlantedBug::PausedSnapshotInstall) {
-            let emptying = store.clone();
-            let under_way = self
-                .in_snapshot_dir(move |dir| {
-                    let current = crate::store::keep_received_snapshot(dir, &snapshot.path)?;
-                    emptying.begin_install(&current)
-                })
-                .await?;
-            tokio::time::sleep(crate::planted::INSTALL_PAUSE).await;
-            return self
-                .in_snapshot_dir(move |_| finish_install_as_expected(&store, under_way, &expected))
-                .await
-                .map(|removed| self.guard.add_removed(removed));
+            return self.install_with_pause(snapshot, expected).await;
         }
         self.in_snapshot_dir(move |dir| {
             let current = crate::store::keep_received_snapshot(dir, &snapshot.path)?;

@@ -335,6 +335,11 @@ impl Run<'_> {
             let Some(view) = self.view().await else {
                 continue;
             };
+            // A list without the learner comes from a member that has not applied its
+            // addition: a deposed leader that does not know it yet, say. Ask again.
+            if !view.lists(id) {
+                continue;
+            }
             if !view.is_learner(id) {
                 return;
             }
