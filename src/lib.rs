@@ -24,6 +24,19 @@ pub mod node;
 pub mod offload;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
+
+/// Whether the planted bug `PlantedBug::$bug` is on, as a value for a condition:
+/// always `false`, and compiled away, in a build without `planted-bugs`.
+macro_rules! planted_bug {
+    ($bug:ident) => {{
+        #[cfg(feature = "planted-bugs")]
+        let on = crate::planted::is_planted(crate::planted::PlantedBug::$bug);
+        #[cfg(not(feature = "planted-bugs"))]
+        let on = false;
+        on
+    }};
+}
+pub(crate) use planted_bug;
 pub mod pod;
 pub mod probes;
 pub mod proto;

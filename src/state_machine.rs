@@ -230,14 +230,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let store = self.store.clone();
         let expected = meta.clone();
         // Readers wait for the whole install: none sees the store half rewritten.
-        #[cfg(not(feature = "planted-bugs"))]
-        let _alone = self.store.exclusive().await;
-        #[cfg(feature = "planted-bugs")]
-        let _alone =
-            match crate::planted::is_planted(crate::planted::PlantedBug::InstallWithoutGate) {
-                true => None,
-                false => Some(self.store.exclusive().await),
-            };
+        let _alone = match crate::planted_bug!(InstallWithoutGate) {
+            true => None,
+            false => Some(self.store.exclusive().await),
+        };
         #[cfg(feature = "planted-bugs")]
         if crate::planted::is_planted(crate::planted::PlantedBug::PausedSnapshotInstall) {
             return self.install_with_pause(snapshot, expected).await;

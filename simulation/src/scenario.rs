@@ -354,6 +354,24 @@ impl Scenario {
         report
     }
 
+    /// Runs the seed's fault episodes through `injector`; `report` gets the faults as
+    /// injected even when an episode fails.
+    fn inject_faults(
+        &self,
+        sim: &mut turmoil::Sim<'_>,
+        injector: &mut Injector<'_>,
+        report: &mut SeedReport,
+    ) -> Result<(), SimError> {
+        let outcome = self
+            .plan
+            .episodes
+            .iter()
+            .try_for_each(|episode| injector.run_episode(sim, episode));
+        report.faults = injector.log().to_vec();
+        report.injected = injector.injected();
+        outcome
+    }
+
     /// Everything up to the verdict; digests go into `report.trace`, violations into
     /// `report.violations`. An error is a failure of the run itself.
     fn drive(
@@ -494,14 +512,7 @@ impl Scenario {
 
         let mut injector =
             Injector::new(&cluster, watch.clone(), writes, self.seed).with_renewals(renewals);
-        let outcome = self
-            .plan
-            .episodes
-            .iter()
-            .try_for_each(|episode| injector.run_episode(sim, episode));
-        report.faults = injector.log().to_vec();
-        report.injected = injector.injected();
-        outcome?;
+        self.inject_faults(sim, &mut injector, report)?;
         let healed_at = sim.elapsed();
 
         let clients = self.clients;

@@ -134,11 +134,7 @@ async fn keep_alive_on_leader(node: &Node, id: i64) -> Result<Option<i64>, Statu
     // A member that was deposed without knowing it must not promise anything: a newer
     // leader times the lease without this renewal. A quorum confirming this member
     // still leads after the renewal means any later leader is elected after it.
-    #[cfg(feature = "planted-bugs")]
-    let confirm = !crate::planted::is_planted(crate::planted::PlantedBug::KeepaliveWithoutQuorum);
-    #[cfg(not(feature = "planted-bugs"))]
-    let confirm = true;
-    if confirm && !node.confirm_leadership().await {
+    if !crate::planted_bug!(KeepaliveWithoutQuorum) && !node.confirm_leadership().await {
         return Ok(None);
     }
     // A checkpoint says less than a whole TTL, and a new leader would believe it:
@@ -148,11 +144,7 @@ async fn keep_alive_on_leader(node: &Node, id: i64) -> Result<Option<i64>, Statu
     let Some(lease) = node.store().lease(id).map_err(status::from_store)? else {
         return Ok(Some(0));
     };
-    #[cfg(feature = "planted-bugs")]
-    let reset = !crate::planted::is_planted(crate::planted::PlantedBug::KeepaliveKeepsCheckpoint);
-    #[cfg(not(feature = "planted-bugs"))]
-    let reset = true;
-    if reset && lease.remaining_ttl > 0 {
+    if !crate::planted_bug!(KeepaliveKeepsCheckpoint) && lease.remaining_ttl > 0 {
         let reset = CommandRequest::LeaseCheckpoint(LeaseCheckpointRequest {
             checkpoints: vec![LeaseCheckpoint {
                 id,

@@ -211,14 +211,9 @@ pub fn identity_among(
 ) -> Result<Identity, MembershipError> {
     let removed: BTreeSet<NodeId> = answers
         .iter()
+        .filter(|_| !crate::planted_bug!(JoinerIgnoresRemovals))
         .flat_map(|a| a.removed_ids.iter().copied())
         .collect();
-    #[cfg(feature = "planted-bugs")]
-    let removed =
-        match crate::planted::is_planted(crate::planted::PlantedBug::JoinerIgnoresRemovals) {
-            true => BTreeSet::new(),
-            false => removed,
-        };
     let mut last_error = MembershipError::NoMatchingMember(own.join(","));
     let mut best: Option<(u64, Identity)> = None;
     for answer in answers {

@@ -485,12 +485,9 @@ impl<'s> ApplyBatch<'s> {
                 }
                 Some(CommandRequest::LeaseExpiry(expiry)) => {
                     let revoke = LeaseRevokeRequest { id: expiry.id };
-                    #[cfg(feature = "planted-bugs")]
-                    let ignores_term =
-                        crate::planted::is_planted(crate::planted::PlantedBug::ExpiryIgnoresTerm);
-                    #[cfg(not(feature = "planted-bugs"))]
-                    let ignores_term = false;
-                    if expiry.leader_term != log_id.leader_id.term && !ignores_term {
+                    if expiry.leader_term != log_id.leader_id.term
+                        && !crate::planted_bug!(ExpiryIgnoresTerm)
+                    {
                         // Decided by a leader of another term: not this log's decision.
                         Ok(CommandResultKind::LeaseRevoke(
                             LeaseRevokeResponse::default(),

@@ -56,14 +56,7 @@ impl Scenario {
         });
 
         let mut injector = Injector::new(cluster, watch.clone(), WritesInFlight::new(), self.seed);
-        let outcome = self
-            .plan
-            .episodes
-            .iter()
-            .try_for_each(|episode| injector.run_episode(sim, episode));
-        report.faults = injector.log().to_vec();
-        report.injected = injector.injected();
-        outcome?;
+        self.inject_faults(sim, &mut injector, report)?;
         let limit = run_for + Duration::from_secs(120);
         if !injector.step_until(sim, limit, || phase.admin_done())? {
             return Err(SimError::Timeout(format!(
