@@ -76,11 +76,12 @@ impl MemberChanges {
     }
 
     /// True when `--strict-reconfig-check` guards `change`'s effect on the quorum: a
-    /// change the cluster must not take without an active quorum.
+    /// change the cluster must not take without an active quorum (any addition, a
+    /// learner's too: etcd adds nothing while the member asked is cut off from a voter).
     pub fn guards_quorum(&self, node: &Node, change: &Change) -> bool {
         self.policy.strict
             && match change {
-                Change::Add { is_learner, .. } => !is_learner,
+                Change::Add { .. } => true,
                 Change::Remove { id } => is_voter(node, *id),
                 _ => false,
             }

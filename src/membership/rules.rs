@@ -105,13 +105,16 @@ pub fn check(view: &ClusterView, change: &Change, policy: Policy) -> Result<(), 
             is_learner,
             name,
         } => {
-            if policy.strict && !is_learner {
-                // IsReadyToAddVotingMember: the new member counts, not as started.
+            if policy.strict {
+                // IsReadyToAddVotingMember, for voters only: the new member counts, not
+                // as started.
                 let (members, started) = view.started_voters(None);
                 let restoring_from_one = started == 1 && members == 1;
-                if !restoring_from_one && started < members.div_ceil(2) + 1 {
+                if !is_learner && !restoring_from_one && started < members.div_ceil(2) + 1 {
                     return Err(MembershipError::NotEnoughStarted);
                 }
+                // isConnectedFullySince, for learners too: nothing is added while a
+                // voter is out of reach.
                 if view.leader && !view.voters.iter().all(|v| view.connected.contains(v)) {
                     return Err(MembershipError::Unhealthy);
                 }
@@ -301,10 +304,12 @@ mod tests {
         );
         let mut down = three();
         down.connected = [1, 2].into();
-        assert_eq!(
-            check(&down, &add(4, "http://m4:2380", false), STRICT),
-            Err(MembershipError::Unhealthy)
-        );
+        for learner in [false, true] {
+            assert_eq!(
+                check(&down, &add(4, "http://m4:2380", learner), STRICT),
+                Err(MembershipError::Unhealthy)
+            );
+        }
         // Removing the member that is down keeps the active quorum; removing another does not.
         assert_eq!(check(&down, &Change::Remove { id: 3 }, STRICT), Ok(()));
         assert_eq!(

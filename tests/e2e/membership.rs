@@ -1380,6 +1380,32 @@ async fn membership_errors_with_members_down() {
     );
 }
 
+/// etcd's `mayAddMember` refuses a MemberAdd on a member that is not connected to
+/// every voter, a learner's as well as a voter's (only the started-members count spares
+/// learners): with one voter of three down, the leader keeps its quorum and still calls
+/// the cluster unhealthy for both.
+#[tokio::test]
+async fn member_add_of_a_learner_with_a_voter_down_is_refused_as_unhealthy() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader_index().await;
+    cluster.kill9((leader + 1) % 3);
+    // etcd stops counting a peer as connected when its connection drops; QuantyKube's
+    // leader, once the voter has not acknowledged it for an election timeout (1 s).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut client = cluster.client(leader).await;
+    let spare = cluster.reserve_member();
+    for options in [learner(), None] {
+        assert_grpc_error(
+            client.member_add([cluster.peer_url(spare)], options).await,
+            Code::Unavailable,
+            UNHEALTHY_CLUSTER,
+        );
+    }
+    // The learner was never added.
+    let members = members_of(&cluster, leader).await;
+    assert_eq!(members.len(), 3, "{members:?}");
+}
+
 /// `--max-learners` (etcd 3.5+; etcd 3.4 allows exactly one learner and has no flag).
 #[tokio::test]
 async fn max_learners_flag() {
