@@ -298,4 +298,6 @@ mod compaction_tests;
 #[cfg(test)]
 mod latest_tests;
 #[cfg(test)]
+mod member_tests;
+#[cfg(test)]
 mod tests;

@@ -598,13 +598,15 @@ impl<'s> ApplyBatch<'s> {
     fn needs_fresh_start(&self, command: &Command) -> bool {
         match &command.request {
             Some(CommandRequest::Txn(t)) => txn_needs_fresh_start(t, &self.staged.overlay),
-            // A member records sync reads the membership and records as written.
+            // A member records sync reads the membership and records as written, and a
+            // publish the removed members (a removal staged in this batch included).
             Some(
                 CommandRequest::Compaction(_)
                 | CommandRequest::Alarm(_)
                 | CommandRequest::Auth(_)
                 | CommandRequest::SyncMemberRecords(_)
-                | CommandRequest::ChangeSnapshotRecord(_),
+                | CommandRequest::ChangeSnapshotRecord(_)
+                | CommandRequest::PublishMember(_),
             ) => true,
             _ => changes_leases(command),
         }
