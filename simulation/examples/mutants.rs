@@ -5,36 +5,37 @@
 //! cargo run -p quantykube-simulation --example mutants                 # the report; exits 1 if any bug is missed
 //! cargo run -p quantykube-simulation --example mutants -- --search 40  # for each bug, the first of 40 seeds that can show it to catch it
 //! cargo run -p quantykube-simulation --example mutants -- --only Keepalive --search 40 --first 65
-//! cargo run -p quantykube-simulation --example mutants -- --gaps            # the checks no seed catches yet
 //! cargo run -p quantykube-simulation --example mutants -- --only ExpiryIgnoresTerm --clean 10
 //! ```
 //!
-//! `--gaps` runs the bugs planted for checks that no seed catches yet instead.
 //! `--search N` tries up to N seeds from `--first` (default 1) that can show each bug,
 //! instead of its listed ones: how the seed to list for a new bug is found. `--clean N`
 //! runs N seeds from `--first` as each bug's test runs them, but without the bug (a
 //! targeted scenario's conditions still planted), and exits 1 if any fails: a
 //! scenario's catches show something only if it passes clean. `--only` keeps the bugs
-//! whose name contains the text.
+//! whose name contains the text. `--trace` prints, for each clean run, the faults as
+//! injected and the run's trace (membership notes included). With `RUST_LOG` set
+//! (`RUST_LOG=info`), the members' and clients' logs go to standard error, stamped
+//! with simulated time.
 
 #[path = "../tests/planted/mutants.rs"]
 mod mutants;
 
 struct Args {
-    gaps: bool,
     search: Option<usize>,
     clean: Option<u64>,
     first: u64,
     only: Option<String>,
+    trace: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
-        gaps: false,
         search: None,
         clean: None,
         first: 1,
         only: None,
+        trace: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -53,20 +54,37 @@ fn parse_args() -> Result<Args, String> {
                 args.first = v.parse().map_err(|e| format!("--first {v}: {e}"))?;
             }
             "--only" => args.only = Some(value("--only")?),
-            "--gaps" => args.gaps = true,
-            "-h" | "--help" => {
-                return Err(
-                    "usage: mutants [--gaps] [--search N | --clean N] [--first SEED] [--only TEXT]"
-                        .into(),
-                )
-            }
+            "--trace" => args.trace = true,
+            "-h" | "--help" => return Err(
+                "usage: mutants [--search N | --clean N] [--first SEED] [--only TEXT] [--trace]"
+                    .into(),
+            ),
             other => return Err(format!("unknown argument {other:?}; try --help")),
         }
     }
     Ok(args)
 }
 
+/// Log timestamps in simulated time (seconds since the simulation started).
+struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match turmoil::sim_elapsed() {
+            Some(t) => write!(w, "{:>9.3}s", t.as_secs_f64()),
+            None => write!(w, "{:>10}", "-"),
+        }
+    }
+}
+
 fn main() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_timer(SimTime)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let args = match parse_args() {
         Ok(args) => args,
         Err(message) => {
@@ -75,11 +93,7 @@ fn main() {
         }
     };
     let mut missed = 0;
-    let mutants = match args.gaps {
-        true => mutants::gaps(),
-        false => mutants::all(),
-    };
-    for mutant in mutants {
+    for mutant in mutants::all() {
         let name = format!("{:?}", mutant.bug);
         if args.only.as_ref().is_some_and(|only| !name.contains(only)) {
             continue;
@@ -87,6 +101,16 @@ fn main() {
         if let Some(seeds) = args.clean {
             for seed in args.first..args.first + seeds {
                 let report = mutants::run_clean(&mutant, seed);
+                if args.trace {
+                    report
+                        .faults
+                        .iter()
+                        .for_each(|line| println!("  fault: {line}"));
+                    report
+                        .trace
+                        .iter()
+                        .for_each(|line| println!("  trace: {line}"));
+                }
                 match report.passed() {
                     true => println!("{name} seed {seed} without the bug: passed"),
                     false => {

@@ -14,6 +14,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::fmt;
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::Client;
@@ -74,6 +75,13 @@ pub enum Fault {
     /// outlives its leadership. Never drawn by [`FaultPlan::from_seed`]; a scenario
     /// puts it in place of an isolation of the leader.
     IsolateLeaderAfterRenewal,
+    /// Cut the leader off from every member but one seed-chosen follower (a partial
+    /// partition): the others elect a successor, whose first message to the spared
+    /// follower deposes the old leader there, and the old leader keeps what it appended
+    /// alone. Never drawn by [`FaultPlan::from_seed`]; a targeted scenario puts it in
+    /// place of an isolation, and [`PartialIsolation`] tells its clients who was cut
+    /// off and who was spared.
+    IsolateLeaderButOne,
     /// Restart the member at once: in-memory state lost, no outage.
     Restart(Role),
     /// Crash the fewest members that take the quorum away (2 of 3, 3 of 5, 1 of a
@@ -99,6 +107,7 @@ impl fmt::Display for Fault {
             Fault::CrashLeaderMidWrite => write!(f, "crash leader mid-write"),
             Fault::RestartLeaderMidWrite => write!(f, "restart leader mid-write"),
             Fault::IsolateLeaderAfterRenewal => write!(f, "isolate leader after a renewal"),
+            Fault::IsolateLeaderButOne => write!(f, "isolate leader but from one follower"),
             Fault::Restart(role) => write!(f, "restart {role}"),
             Fault::CrashMajority => write!(f, "crash majority"),
             Fault::Slow { role, latency } => write!(f, "slow {role} {}ms", latency.as_millis()),
@@ -117,6 +126,28 @@ pub struct Episode {
     pub gap: Duration,
     pub faults: Vec<Fault>,
     pub outage: Duration,
+}
+
+/// The last [`Fault::IsolateLeaderButOne`]: the leader it cut off and the follower
+/// it spared, for the clients of a scenario aimed at it. Written by the injector, read
+/// by client hosts.
+#[derive(Clone, Debug, Default)]
+pub struct PartialIsolation(Arc<Mutex<Option<(String, String)>>>);
+
+impl PartialIsolation {
+    pub fn new() -> Self {
+        PartialIsolation::default()
+    }
+
+    fn note(&self, leader: &str, spared: &str) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((leader.to_owned(), spared.to_owned()));
+    }
+
+    /// The leader cut off and the follower it still reaches, once the fault is in.
+    pub fn get(&self) -> Option<(String, String)> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// What one seed does to a cluster.
@@ -483,6 +514,7 @@ pub struct Injector<'c> {
     watch: LeaderWatch,
     writes: WritesInFlight,
     renewals: Renewals,
+    partial: PartialIsolation,
     rng: SimRng,
     /// Members crashed and not yet restarted.
     down: BTreeSet<String>,
@@ -504,6 +536,7 @@ impl<'c> Injector<'c> {
             watch,
             writes,
             renewals: Renewals::new(),
+            partial: PartialIsolation::new(),
             rng: SimRng::new(seed, 0x1a7e),
             down: BTreeSet::new(),
             log: Vec::new(),
@@ -514,6 +547,12 @@ impl<'c> Injector<'c> {
     /// Times isolations after a renewal with the lease client's `renewals`.
     pub fn with_renewals(mut self, renewals: Renewals) -> Self {
         self.renewals = renewals;
+        self
+    }
+
+    /// Tells `partial` whom each [`Fault::IsolateLeaderButOne`] cut off and spared.
+    pub fn with_partial_isolation(mut self, partial: PartialIsolation) -> Self {
+        self.partial = partial;
         self
     }
 
@@ -615,6 +654,17 @@ impl<'c> Injector<'c> {
                     false => format!("isolate {leader} (leader), no renewal within 3s"),
                 };
                 self.note(sim, note);
+            }
+            Fault::IsolateLeaderButOne => {
+                let leader = self.resolve(sim, Role::Leader)?;
+                let spared = self.follower_of(&leader)?;
+                for other in cluster.names() {
+                    if other != leader && other != spared {
+                        cluster.partition(sim, &leader, &other)?;
+                    }
+                }
+                self.partial.note(&leader, &spared);
+                self.note(sim, format!("isolate {leader} (leader) but from {spared}"));
             }
             Fault::Split => {
                 let mut members = self.running();

@@ -25,11 +25,11 @@ use std::time::Duration;
 use crate::checker::{self, Fnv};
 use crate::cluster::SimCluster;
 use crate::error::SimError;
-use crate::faults::{step_until, Fault, FaultPlan, Injector, LeaderWatch};
+use crate::faults::{step_until, Fault, FaultPlan, Injector, LeaderWatch, PartialIsolation};
 use crate::history::{History, MembershipLog, Op, Operation, Outcome, SnapshotLog, WatchLog};
 use crate::rng::{mix, SimRng};
 use crate::workload::{
-    Lapse, LeaseClient, MembershipClient, MembershipOp, MembershipStep, Mixed, Renewals,
+    Lapse, LeaseClient, MembershipClient, MembershipOp, MembershipStep, Mixed, Pileup, Renewals,
     SnapshotClient, WatchClient, WatchTarget, WritesInFlight,
 };
 
@@ -183,6 +183,15 @@ pub struct Scenario {
     /// unless a targeted scenario's run plants that pause (the planted-bug registry
     /// does), when the lease checker's liveness bound must allow for it.
     pub expiry_pause: Duration,
+    /// If not zero, a [`Pileup`] client sends this many writes that change nothing to
+    /// the leader a [`Fault::IsolateLeaderButOne`] cuts off (none in a seed's own
+    /// scenario; see [`Scenario::replacement_beside_a_deposed_leader`]).
+    pub pileup: usize,
+    /// The membership client replaces the follower such an isolation spared.
+    pub replace_spared: bool,
+    /// The members' `--strict-reconfig-check` (etcd's default, true, unless a targeted
+    /// scenario must change the membership while a voter is out of reach).
+    pub strict_reconfig_check: bool,
     /// The server bugs the run steps around (see [`KnownIssues`]).
     pub known: KnownIssues,
     /// Where members keep their data (default: `/dev/shm` if it exists, so fsyncs
@@ -281,6 +290,9 @@ impl Scenario {
             },
             lease_lapse: None,
             expiry_pause: Duration::ZERO,
+            pileup: 0,
+            replace_spared: false,
+            strict_reconfig_check: true,
             known: KnownIssues::of_this_server(),
             data_root: default_data_root(),
         }
@@ -393,6 +405,9 @@ impl Scenario {
         if let Some(count) = self.raft_snapshot_count {
             builder = builder.flag(format!("--snapshot-count={count}"));
         }
+        if !self.strict_reconfig_check {
+            builder = builder.flag("--strict-reconfig-check=false");
+        }
         if let Some(root) = &self.data_root {
             builder = builder.data_root(root);
         }
@@ -489,12 +504,22 @@ impl Scenario {
             Ok(())
         });
 
+        let partial = PartialIsolation::new();
+        if self.pileup > 0 {
+            let pileup = Pileup::new("pileup", directory.clone(), partial.clone(), self.pileup);
+            sim.client("pileup", async move {
+                pileup.run().await?;
+                Ok(())
+            });
+        }
+
         let membership_log = MembershipLog::new("membership");
         let membership_finished = Rc::new(Cell::new(self.membership.is_empty()));
         if !self.membership.is_empty() {
             let client = MembershipClient {
                 steps: self.membership.clone(),
                 joins: !self.known.joining_member_spins,
+                replace_spared: self.replace_spared.then(|| partial.clone()),
                 ..MembershipClient::new(
                     "membership",
                     directory.clone(),
@@ -510,8 +535,9 @@ impl Scenario {
             });
         }
 
-        let mut injector =
-            Injector::new(&cluster, watch.clone(), writes, self.seed).with_renewals(renewals);
+        let mut injector = Injector::new(&cluster, watch.clone(), writes, self.seed)
+            .with_renewals(renewals)
+            .with_partial_isolation(partial);
         self.inject_faults(sim, &mut injector, report)?;
         let healed_at = sim.elapsed();
 

@@ -11,7 +11,8 @@
 //! operator adding, promoting, removing and replacing members, moving the leadership
 //! and updating peer URLs), [`SnapshotClient`] (backups with Maintenance.Snapshot on
 //! seed-chosen members meanwhile), [`AuthClient`] (an administrator taking permissions,
-//! roles and users away and giving them back while its users read and write), and how
+//! roles and users away and giving them back while its users read and write),
+//! [`Pileup`] (writes that change nothing piled on a leader a fault cut off), and how
 //! each request is sent
 //! (`execute`). Every request goes into a
 //! [`History`], every watch response into a [`crate::history::WatchLog`]. It must never
@@ -21,6 +22,7 @@ mod auth;
 mod lease;
 mod membership;
 mod mixed;
+mod pileup;
 mod snapshot;
 mod watch;
 
@@ -28,6 +30,7 @@ pub use auth::{AuthClient, AuthPhase};
 pub use lease::{Lapse, LeaseClient, Renewals};
 pub use membership::{MembershipClient, MembershipOp, MembershipStep};
 pub use mixed::{Mix, Mixed, WritesInFlight};
+pub use pileup::Pileup;
 pub use snapshot::SnapshotClient;
 pub use watch::{WatchClient, WatchTarget};
 

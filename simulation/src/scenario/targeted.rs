@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::{Scenario, LEASE_CHECKPOINT_INTERVAL_LONG};
 use crate::faults::{Episode, Fault, FaultPlan};
-use crate::workload::Lapse;
+use crate::workload::{Lapse, MembershipOp, MembershipStep};
 
 /// The lapsing lease's TTL, in seconds; its client renews every third of it.
 const LAPSE_TTL: i64 = 3;
@@ -63,6 +63,61 @@ impl Scenario {
                 lasting: LAPSE_LASTING,
             }),
             expiry_pause,
+            ..Scenario::from_seed(seed)
+        }
+    }
+}
+
+/// When the leader is cut off (all but one follower), after the cluster first elects.
+const PARTIAL_ISOLATION_AFTER: Duration = Duration::from_secs(2);
+
+/// How long it stays cut off: the successor's election, the replacement (a removal, the
+/// old process stopping, an addition) and the new process's questions to its peers.
+const PARTIAL_ISOLATION: Duration = Duration::from_secs(16);
+
+/// When the membership client starts the replacement: once a successor is elected and
+/// its first message has deposed the old leader at the spared follower.
+const REPLACE_AFTER: Duration = Duration::from_secs(5);
+
+/// Writes piled on the cut-off leader: more entries than its successor appends in the
+/// seconds before the replacement asks its peers (blank entry, the removal, the
+/// addition and the seed's clients' writes).
+const PILEUP_WRITES: usize = 1500;
+
+impl Scenario {
+    /// `seed`'s scenario aimed at a replacement that asks a deposed leader who it is
+    /// (the joiner's removed-id check, `membership::join::identity_among`). Five
+    /// members; the leader is cut off from all but one follower, and writes piled on it
+    /// meanwhile make its log the longest; the others elect a successor, which deposes
+    /// the old leader through the spared follower; the membership client then replaces
+    /// that follower (removal, wipe, MemberAdd with the same peer URL, which takes
+    /// `--strict-reconfig-check=false`: etcd's check refuses any addition while a voter
+    /// is out of reach). The new process asks every peer at once who it is: the deposed
+    /// leader, still cut off from the others, lists the removed id at its peer URL with
+    /// the longest log; the others list the new id and report the old one removed. Only
+    /// the removed-id check keeps the joiner from taking the longest log's answer, the
+    /// removed member's id, under which no member will ever talk to it: it never starts
+    /// serving.
+    pub fn replacement_beside_a_deposed_leader(seed: u64) -> Scenario {
+        let plan = FaultPlan {
+            nodes: 5,
+            episodes: vec![Episode {
+                gap: PARTIAL_ISOLATION_AFTER,
+                faults: vec![Fault::IsolateLeaderButOne],
+                outage: PARTIAL_ISOLATION,
+            }],
+        };
+        Scenario {
+            plan,
+            membership: vec![MembershipStep {
+                after: REPLACE_AFTER,
+                op: MembershipOp::Replace,
+            }],
+            auth: None,
+            raft_snapshot_count: None,
+            pileup: PILEUP_WRITES,
+            replace_spared: true,
+            strict_reconfig_check: false,
             ..Scenario::from_seed(seed)
         }
     }

@@ -42,6 +42,7 @@ use etcd_client::{Client, MemberAddOptions};
 use crate::client::{self, ClientOptions};
 use crate::cluster::{Directory, HostRequest, HostRequests};
 use crate::error::SimError;
+use crate::faults::PartialIsolation;
 use crate::history::{
     self, ChangeOutcome, ListedMember, MemberChange, MembershipEntry, MembershipLog,
 };
@@ -109,6 +110,10 @@ pub struct MembershipClient {
     /// How long a replacement waits for the removed member's process to stop before
     /// wiping it anyway (the membership checker reports it).
     pub exit_wait: Duration,
+    /// If set, a replacement takes the follower the last partial isolation of a
+    /// leader spared, while the leader's list has it as a follower (a targeted
+    /// scenario's choice: its new process must reach the cut-off leader).
+    pub replace_spared: Option<PartialIsolation>,
     pub options: ClientOptions,
 }
 
@@ -134,6 +139,7 @@ impl MembershipClient {
             promote_every: Duration::from_millis(300),
             promote_attempts: 40,
             exit_wait: Duration::from_secs(15),
+            replace_spared: None,
             options: ClientOptions {
                 request_timeout: Duration::from_secs(8),
                 connect_timeout: Duration::from_secs(1),
@@ -239,7 +245,8 @@ impl Run<'_> {
                 }
             }
             MembershipOp::Replace => {
-                if let Some((name, id)) = self.follower(&view) {
+                let target = self.spared_follower(&view).or_else(|| self.follower(&view));
+                if let Some((name, id)) = target {
                     self.replace(&view, &name, id).await;
                 }
             }
@@ -515,6 +522,17 @@ impl Run<'_> {
             .collect();
         let follower = self.rng.pick(&followers)?.clone();
         Some((self.host_of(&follower)?, follower.id))
+    }
+
+    /// The follower the last partial isolation spared, if the client is to replace it
+    /// and `view` has it as a follower: its host name and id.
+    fn spared_follower(&self, view: &View) -> Option<(String, u64)> {
+        let (_, spared) = self.client.replace_spared.as_ref()?.get()?;
+        let member = view
+            .voters()
+            .filter(|m| m.id != view.leader)
+            .find(|m| self.host_of(m).as_deref() == Some(spared.as_str()))?;
+        Some((spared, member.id))
     }
 
     /// The host a listed member runs on: its published name, or the host its peer URL

@@ -276,23 +276,20 @@ pub fn all() -> Vec<Mutant> {
                 with: &[PlantedBug::PausedExpiryProposals],
             }),
         },
+        Mutant {
+            bug: PlantedBug::JoinerIgnoresRemovals,
+            check: "a joiner never takes an id any peer reports removed",
+            // Under the removed id no member talks to the joiner: it never publishes,
+            // so it answers no MemberList and the list keeps a member never started.
+            caught_by: &["member-list-agreement", "membership-settled"],
+            seeds: &[1],
+            shows: any,
+            targeted: Some(Targeted {
+                scenario: Scenario::replacement_beside_a_deposed_leader,
+                with: &[],
+            }),
+        },
     ]
-}
-
-/// Bugs planted for checks that no seed catches yet (docs/simulation.md's inventory
-/// says why for each): `mutants --gaps` runs them; CI does not, since they are missed.
-#[cfg_attr(test, allow(dead_code))] // the example's `--gaps`
-pub fn gaps() -> Vec<Mutant> {
-    vec![Mutant {
-        bug: PlantedBug::JoinerIgnoresRemovals,
-        check: "a joiner never takes an id any peer reports removed",
-        // The seed that found the bug this check fixed; since then the scenario's
-        // later draws changed its timing.
-        caught_by: &["removed-member-stops"],
-        seeds: &[420],
-        shows: with_membership,
-        targeted: None,
-    }]
 }
 
 /// The property a violation line names (`property violated: detail`), or the whole

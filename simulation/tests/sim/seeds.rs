@@ -117,6 +117,7 @@ fn ci_set_covers_both_sizes_and_every_fault_kind() {
             // Never drawn by a plan; a scenario puts it in place of a crash mid-write.
             Fault::RestartLeaderMidWrite => "restart-mid-write",
             Fault::IsolateLeaderAfterRenewal => "isolate-after-renewal",
+            Fault::IsolateLeaderButOne => "isolate-but-one",
             Fault::Restart(_) => "restart",
             Fault::CrashMajority => "crash-majority",
             Fault::Slow { .. } => "slow",
