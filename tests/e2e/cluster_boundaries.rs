@@ -103,3 +103,73 @@ async fn a_member_on_another_clusters_data_dir_is_refused_and_harms_nothing() {
         .await
         .expect("remove the replaced member");
 }
+
+/// A member re-founded as a cluster of its own on the same peer URL and token keeps the
+/// member id the cluster knows it by: only the cluster id tells its requests, and the
+/// cluster's to it, apart. Without that check the cluster's leader would replicate into
+/// the other cluster's log.
+#[tokio::test]
+async fn a_member_refounded_alone_with_the_same_member_id_is_refused_by_cluster_id() {
+    let mut a = Cluster::start(3).await;
+    let leader = a.leader_index().await;
+    let refounded = (leader + 1) % 3;
+    a.wipe(refounded);
+    a.start_alone(refounded);
+    let mut alone = a.client(refounded).await;
+    let deadline = Deadline::after(Duration::from_secs(20), "the re-founded member serves");
+    while alone.put("owner", "alone", None).await.is_err() {
+        deadline.tick().await;
+    }
+    let status = alone
+        .status()
+        .await
+        .expect("status of the re-founded member");
+    let header = status.header().expect("header");
+    assert_eq!(header.member_id(), a.member_id(refounded), "same member id");
+    let mut a_client = a.client(leader).await;
+    let a_status = a_client.status().await.expect("status of A");
+    assert_ne!(
+        header.cluster_id(),
+        a_status.header().expect("header").cluster_id(),
+        "another cluster"
+    );
+
+    // A's leader keeps dialling the member it knows at that URL while A takes writes.
+    for i in 0..50 {
+        a_client
+            .put(format!("k{i}"), "a", None)
+            .await
+            .expect("A serves writes on its two other members");
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let a_keys = alone
+        .get(
+            "k",
+            Some(GetOptions::new().with_prefix().with_serializable()),
+        )
+        .await
+        .expect("read the re-founded member");
+    assert_eq!(
+        a_keys.count(),
+        0,
+        "the re-founded member received none of A's writes"
+    );
+    let owner = alone
+        .get("owner", Some(GetOptions::new().with_serializable()))
+        .await
+        .expect("read the re-founded member");
+    assert_eq!(
+        owner.kvs().first().map(|kv| kv.value().to_vec()),
+        Some(b"alone".to_vec()),
+        "the re-founded member keeps its own data"
+    );
+    let members = alone.member_list().await.expect("member list");
+    assert_eq!(members.members().len(), 1, "a cluster of its own");
+    if a.target() == Target::Quantykube {
+        let log = std::fs::read_to_string(a.log_path(leader)).expect("leader log");
+        assert!(
+            log.contains("cluster ID mismatch"),
+            "A's leader logs that its requests were refused"
+        );
+    }
+}

@@ -408,6 +408,8 @@ struct Join {
     /// Pass name, initial cluster, advertised peer URL and cluster state as the
     /// `ETCD_*` environment variables `etcdctl member add` prints, instead of flags.
     via_env: bool,
+    /// Found a new cluster (`--initial-cluster-state new`) instead of joining one.
+    founds: bool,
 }
 
 impl Member {
@@ -806,7 +808,10 @@ impl Cluster {
         assert!(self.members[i].child.is_none(), "member {i} is running");
         let m = &self.members[i];
         let (initial_cluster, state, via_env) = match &m.join {
-            Some(join) => (join.initial_cluster.as_str(), "existing", join.via_env),
+            Some(join) => {
+                let state = if join.founds { "new" } else { "existing" };
+                (join.initial_cluster.as_str(), state, join.via_env)
+            }
             None => (self.initial_cluster.as_str(), "new", false),
         };
         let log = File::options()
@@ -1034,6 +1039,22 @@ impl Cluster {
         self.members[i].join = Some(Join {
             initial_cluster: initial_cluster.to_owned(),
             via_env,
+            founds: false,
+        });
+        self.spawn_member(i);
+    }
+
+    /// Starts member `i` as the one founding member of a cluster of its own, on its
+    /// usual name, URLs and the cluster's token (`--initial-cluster` naming only itself,
+    /// `--initial-cluster-state new`): its member id is the one this cluster knows at
+    /// that peer URL, its cluster id another. Its data dir must be empty. Does not wait.
+    pub fn start_alone(&mut self, i: usize) {
+        self.kill9(i);
+        let m = &self.members[i];
+        self.members[i].join = Some(Join {
+            initial_cluster: format!("{}={}", m.name, m.peer_url),
+            via_env: false,
+            founds: true,
         });
         self.spawn_member(i);
     }
