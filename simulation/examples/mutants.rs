@@ -65,26 +65,8 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Log timestamps in simulated time (seconds since the simulation started).
-struct SimTime;
-
-impl tracing_subscriber::fmt::time::FormatTime for SimTime {
-    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
-        match turmoil::sim_elapsed() {
-            Some(t) => write!(w, "{:>9.3}s", t.as_secs_f64()),
-            None => write!(w, "{:>10}", "-"),
-        }
-    }
-}
-
 fn main() {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_timer(SimTime)
-            .with_writer(std::io::stderr)
-            .try_init();
-    }
+    quantykube_simulation::init_logging(false);
     let args = match parse_args() {
         Ok(args) => args,
         Err(message) => {

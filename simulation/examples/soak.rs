@@ -66,12 +66,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .init();
-    }
+    quantykube_simulation::init_logging(false);
 
     let started = Instant::now();
     let bar = ProgressBar::new(args.seeds);

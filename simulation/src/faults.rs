@@ -78,9 +78,9 @@ pub enum Fault {
     /// Cut the leader off from every member but one seed-chosen follower (a partial
     /// partition): the others elect a successor, whose first message to the spared
     /// follower deposes the old leader there, and the old leader keeps what it appended
-    /// alone. Never drawn by [`FaultPlan::from_seed`]; a targeted scenario puts it in
-    /// place of an isolation, and [`PartialIsolation`] tells its clients who was cut
-    /// off and who was spared.
+    /// alone. Never drawn by [`FaultPlan::from_seed`]; a scenario puts it in place of
+    /// an isolation, and [`PartialIsolation`] tells its clients who was cut off and who
+    /// was spared.
     IsolateLeaderButOne,
     /// Restart the member at once: in-memory state lost, no outage.
     Restart(Role),
@@ -211,6 +211,19 @@ impl FaultPlan {
             }
             None => false,
         }
+    }
+
+    /// When the first episode with `fault` injects it, counted from the plan's start
+    /// (before the injector resolves its target); `None` if no episode has it.
+    pub fn starts_at(&self, fault: &Fault) -> Option<Duration> {
+        let mut at = Duration::ZERO;
+        for episode in &self.episodes {
+            if episode.faults.contains(fault) {
+                return Some(at + episode.gap);
+            }
+            at += episode.gap + episode.outage;
+        }
+        None
     }
 
     /// How many faults the plan injects.

@@ -83,6 +83,35 @@ pub fn sim_builder(seed: u64) -> turmoil::Builder {
     builder
 }
 
+/// Log lines stamped with simulated time (seconds since the simulation started; `-`
+/// outside one).
+pub struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match turmoil::sim_elapsed() {
+            Some(t) => write!(w, "{:>9.3}s", t.as_secs_f64()),
+            None => write!(w, "{:>10}", "-"),
+        }
+    }
+}
+
+/// When `RUST_LOG` is set (e.g. `RUST_LOG=info`), logs what members and clients do,
+/// stamped with [`SimTime`]: to the test harness's captured output if `captured`, else
+/// to standard error. Later calls do nothing.
+pub fn init_logging(captured: bool) {
+    if std::env::var_os("RUST_LOG").is_none() {
+        return;
+    }
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_timer(SimTime);
+    let _ = match captured {
+        true => logs.with_test_writer().try_init(),
+        false => logs.with_writer(std::io::stderr).try_init(),
+    };
+}
+
 /// Steps `sim` until `at` (simulated time since it started) or until every client
 /// host has finished, whichever comes first: the place to inject the next fault.
 pub fn run_until(sim: &mut turmoil::Sim<'_>, at: Duration) -> Result<(), SimError> {

@@ -26,7 +26,9 @@ use crate::checker::{self, Fnv};
 use crate::cluster::SimCluster;
 use crate::error::SimError;
 use crate::faults::{step_until, Fault, FaultPlan, Injector, LeaderWatch, PartialIsolation};
-use crate::history::{History, MembershipLog, Op, Operation, Outcome, SnapshotLog, WatchLog};
+use crate::history::{
+    History, MembershipEntry, MembershipLog, Op, Operation, Outcome, SnapshotLog, WatchLog,
+};
 use crate::rng::{mix, SimRng};
 use crate::workload::{
     Lapse, LeaseClient, MembershipClient, MembershipOp, MembershipStep, Mixed, Pileup, Renewals,
@@ -80,6 +82,31 @@ const LONG_ISOLATION_PERCENT: u64 = 60;
 
 /// Seeds (in a hundred) whose scenario has a membership client.
 const MEMBERSHIP_PERCENT: u64 = 25;
+
+/// Seeds (in a hundred, of those with a membership client and an isolation of the
+/// leader) whose first isolation of the leader spares one follower, with writes piled
+/// on the cut-off leader and a replacement aimed at the spared follower: a new member
+/// may ask a deposed leader with the longest log who it is.
+const PARTIAL_ISOLATION_PERCENT: u64 = 50;
+
+/// Seeds (in a hundred, of those with a partial isolation) whose members run without
+/// `--strict-reconfig-check`, so that a replacement may add its member while the old
+/// leader is out of reach (etcd's check refuses any addition then).
+const LAX_RECONFIG_PERCENT: u64 = 50;
+
+/// How long a partial isolation of the leader lasts: the successor's election, a
+/// replacement (a removal, the old process stopping, an addition) and the new process's
+/// questions to its peers.
+const PARTIAL_ISOLATION: (u64, u64) = (12_000, 16_000);
+
+/// When the replacement aimed at the spared follower starts, after the isolation: once
+/// a successor is elected and has deposed the old leader at the spared follower.
+const REPLACE_AFTER_ISOLATION: Duration = Duration::from_secs(3);
+
+/// Txns piled on a leader a partial isolation cut off: more entries than its successor
+/// appends in the seconds after (a blank entry, membership changes, the clients'
+/// writes), so that the old leader's log is the longest.
+const PILEUP_WRITES: usize = 1500;
 
 /// Seeds (in a hundred, of those without a membership client) that run the auth
 /// workload instead of the others.
@@ -184,13 +211,13 @@ pub struct Scenario {
     /// does), when the lease checker's liveness bound must allow for it.
     pub expiry_pause: Duration,
     /// If not zero, a [`Pileup`] client sends this many writes that change nothing to
-    /// the leader a [`Fault::IsolateLeaderButOne`] cuts off (none in a seed's own
-    /// scenario; see [`Scenario::replacement_beside_a_deposed_leader`]).
+    /// the leader a [`Fault::IsolateLeaderButOne`] cuts off (see
+    /// [`Scenario::replacement_beside_a_deposed_leader`]).
     pub pileup: usize,
     /// The membership client replaces the follower such an isolation spared.
     pub replace_spared: bool,
-    /// The members' `--strict-reconfig-check` (etcd's default, true, unless a targeted
-    /// scenario must change the membership while a voter is out of reach).
+    /// The members' `--strict-reconfig-check` (etcd's default, true, unless the seed
+    /// must change the membership while a voter is out of reach).
     pub strict_reconfig_check: bool,
     /// The server bugs the run steps around (see [`KnownIssues`]).
     pub known: KnownIssues,
@@ -205,7 +232,9 @@ impl Scenario {
     /// four membership changes. In half the seeds the lease client keeps its leases on
     /// the leader (renewing every one or two thirds of a TTL), and in most of those the
     /// first isolation of the leader lasts 6-9 s; in 40% the members checkpoint leases
-    /// only every 5 minutes (none within the seed).
+    /// only every 5 minutes (none within the seed). In half the seeds with a membership
+    /// client, the first isolation of the leader spares one follower, which a
+    /// replacement then takes, while writes pile on the cut-off leader.
     pub fn from_seed(seed: u64) -> Self {
         let mut rng = SimRng::new(seed, 0x5ce);
         let plan = FaultPlan::from_seed(seed);
@@ -267,6 +296,29 @@ impl Scenario {
         if leases_on_leader && rng.percent(ISOLATE_AFTER_RENEWAL_PERCENT) {
             plan.replace(&Fault::IsolateLeader, Fault::IsolateLeaderAfterRenewal);
         }
+        // And again, only in seeds with a membership client: the first isolation of the
+        // leader may spare one follower and last long, with writes piled on the cut-off
+        // leader and, first of the client's steps, a replacement of the spared follower.
+        let partial = !membership.is_empty()
+            && plan.has(&Fault::IsolateLeader)
+            && rng.percent(PARTIAL_ISOLATION_PERCENT);
+        let mut membership = membership;
+        if partial {
+            plan.replace(&Fault::IsolateLeader, Fault::IsolateLeaderButOne);
+            let (shortest, longest) = PARTIAL_ISOLATION;
+            plan.lengthen(&Fault::IsolateLeaderButOne, rng.millis(shortest, longest));
+            if let Some(at) = plan.starts_at(&Fault::IsolateLeaderButOne) {
+                // First of the client's steps: the next one's pause counts from its end.
+                membership.insert(
+                    0,
+                    MembershipStep {
+                        after: at + REPLACE_AFTER_ISOLATION,
+                        op: MembershipOp::Replace,
+                    },
+                );
+            }
+        }
+        let strict_reconfig_check = !(partial && rng.percent(LAX_RECONFIG_PERCENT));
         Scenario {
             seed,
             plan,
@@ -290,9 +342,9 @@ impl Scenario {
             },
             lease_lapse: None,
             expiry_pause: Duration::ZERO,
-            pileup: 0,
-            replace_spared: false,
-            strict_reconfig_check: true,
+            pileup: if partial { PILEUP_WRITES } else { 0 },
+            replace_spared: partial,
+            strict_reconfig_check,
             known: KnownIssues::of_this_server(),
             data_root: default_data_root(),
         }
@@ -587,6 +639,23 @@ impl Scenario {
         // Removed members stop on their own; give the last ones a moment.
         let removed_running = || directory.entries().iter().any(|e| !e.current && e.running);
         injector.step_until(sim, REMOVED_STOP, || !removed_running())?;
+        // A removal whose answer was lost may be carried out after the membership
+        // client's last look (a joint configuration a restarted leader left, finished by
+        // its successor): a member that stopped on its own after its removal was asked
+        // is taken as removed. Should the cluster still list it, membership-settled
+        // says so (the list then names a member the cluster does not count).
+        for entry in directory.entries() {
+            if entry.current && !entry.running && entry.exit_expected && entry.exited_at.is_some() {
+                directory.retire(&entry.name);
+                membership_log.record(MembershipEntry::Note {
+                    at: sim.elapsed(),
+                    what: format!(
+                        "{} stopped on its own after its removal was asked: removed after all",
+                        entry.name
+                    ),
+                });
+            }
+        }
         let mut still_running: Vec<String> = directory
             .entries()
             .iter()

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use etcd_client::GetOptions;
+use etcd_client::{Client, GetOptions};
 
 use crate::harness::{Cluster, Deadline, Target};
 
@@ -20,6 +20,18 @@ fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
         } else {
             std::fs::copy(entry.path(), &target).expect("copy file");
         }
+    }
+}
+
+/// Writes `k0`..`k49` through `client`, one every 40 ms: a while of A's leader dialling
+/// the member that holds one of its peer URLs, on A's two other members.
+async fn write_fifty_keys(client: &mut Client) {
+    for i in 0..50 {
+        client
+            .put(format!("k{i}"), "a", None)
+            .await
+            .expect("A serves writes while a foreign member holds one of its peer URLs");
+        tokio::time::sleep(Duration::from_millis(40)).await;
     }
 }
 
@@ -43,13 +55,7 @@ async fn a_member_on_another_clusters_data_dir_is_refused_and_harms_nothing() {
     // A keeps serving writes on its two members, for a while of A's leader dialling
     // the swapped member.
     let mut a_client = a.client(leader).await;
-    for i in 0..50 {
-        a_client
-            .put(format!("k{i}"), "a", None)
-            .await
-            .expect("A serves writes while a foreign member holds one of its peer URLs");
-        tokio::time::sleep(Duration::from_millis(40)).await;
-    }
+    write_fifty_keys(&mut a_client).await;
     let got = a_client
         .get("k", Some(GetOptions::new().with_prefix().with_count_only()))
         .await
@@ -135,13 +141,7 @@ async fn a_member_refounded_alone_with_the_same_member_id_is_refused_by_cluster_
     );
 
     // A's leader keeps dialling the member it knows at that URL while A takes writes.
-    for i in 0..50 {
-        a_client
-            .put(format!("k{i}"), "a", None)
-            .await
-            .expect("A serves writes on its two other members");
-        tokio::time::sleep(Duration::from_millis(40)).await;
-    }
+    write_fifty_keys(&mut a_client).await;
     let a_keys = alone
         .get(
             "k",

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{Scenario, LEASE_CHECKPOINT_INTERVAL_LONG};
+use super::{Scenario, LEASE_CHECKPOINT_INTERVAL_LONG, PILEUP_WRITES, REPLACE_AFTER_ISOLATION};
 use crate::faults::{Episode, Fault, FaultPlan};
 use crate::workload::{Lapse, MembershipOp, MembershipStep};
 
@@ -75,15 +75,6 @@ const PARTIAL_ISOLATION_AFTER: Duration = Duration::from_secs(2);
 /// old process stopping, an addition) and the new process's questions to its peers.
 const PARTIAL_ISOLATION: Duration = Duration::from_secs(16);
 
-/// When the membership client starts the replacement: once a successor is elected and
-/// its first message has deposed the old leader at the spared follower.
-const REPLACE_AFTER: Duration = Duration::from_secs(5);
-
-/// Writes piled on the cut-off leader: more entries than its successor appends in the
-/// seconds before the replacement asks its peers (blank entry, the removal, the
-/// addition and the seed's clients' writes).
-const PILEUP_WRITES: usize = 1500;
-
 impl Scenario {
     /// `seed`'s scenario aimed at a replacement that asks a deposed leader who it is
     /// (the joiner's removed-id check, `membership::join::identity_among`). Five
@@ -110,7 +101,7 @@ impl Scenario {
         Scenario {
             plan,
             membership: vec![MembershipStep {
-                after: REPLACE_AFTER,
+                after: PARTIAL_ISOLATION_AFTER + REPLACE_AFTER_ISOLATION,
                 op: MembershipOp::Replace,
             }],
             auth: None,

@@ -4,7 +4,6 @@
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::Once;
 use std::time::Duration;
 
 use etcd_client::Client;
@@ -13,28 +12,7 @@ use quantykube_simulation::{client, History, SimCluster, SimError};
 
 /// Logs to the test's output when `RUST_LOG` is set (e.g. `RUST_LOG=info`).
 pub fn init_tracing() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        if std::env::var_os("RUST_LOG").is_some() {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-                .with_timer(SimTime)
-                .with_test_writer()
-                .try_init();
-        }
-    });
-}
-
-/// Log timestamps in simulated time (seconds since the simulation started).
-struct SimTime;
-
-impl tracing_subscriber::fmt::time::FormatTime for SimTime {
-    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
-        match turmoil::sim_elapsed() {
-            Some(t) => write!(w, "{:>9.3}s", t.as_secs_f64()),
-            None => write!(w, "{:>10}", "-"),
-        }
-    }
+    quantykube_simulation::init_logging(true);
 }
 
 /// tmpfs when there is one: the members fsync on every append.
