@@ -138,18 +138,14 @@ impl ClusterService {
     /// handed leadership over) returns the leader to relay the request to.
     async fn on_leader(&self, relayed: bool, change: Change) -> Result<Done, Status> {
         let changes = self.node.member_changes();
-        // etcd checks a promotion only where raft's progress is known, on its leader,
-        // and relays it there unchecked. A follower's members may lag the leader's: a
-        // learner whose addition a client was just told of may not be applied here
-        // yet, and a precheck on that view would refuse its promotion with "member not
-        // found". Other changes are prechecked here first, as etcd does (its quorum
-        // checks answer on the member asked, leader or not).
-        let relayed_unchecked = matches!(change, Change::Promote { .. }) && !self.node.is_leader();
-        if !relayed_unchecked {
-            changes
-                .precheck(&self.node, &change)
-                .map_err(status::from_membership)?;
-        }
+        // A follower's members may lag the leader's: a learner whose addition a client
+        // was just told of, or a removal that freed a peer URL, may not be applied here
+        // yet. So a member that does not lead checks only what etcd checks on the
+        // member asked (the quorum protections; nothing for a promotion, which etcd
+        // judges where raft's progress is known) and relays the rest to its leader.
+        changes
+            .precheck(&self.node, &change)
+            .map_err(status::from_membership)?;
         // A member that handed leadership over relays once more, even a relayed request:
         // the new leader never hands it back, so this cannot loop.
         let mut handed_over = false;

@@ -70,9 +70,14 @@ impl MemberChanges {
     }
 
     /// Checks `change` against what this member knows, before it is queued here or
-    /// relayed to the leader (which checks again, knowing more).
+    /// relayed to the leader (which checks again, knowing more): every rule on the
+    /// leader, only the quorum protections elsewhere ([`rules::check_quorum`]).
     pub fn precheck(&self, node: &Node, change: &Change) -> Result<(), MembershipError> {
-        rules::check(&view(node)?, change, self.policy)
+        let view = view(node)?;
+        match view.leader {
+            true => rules::check(&view, change, self.policy),
+            false => rules::check_quorum(&view, change, self.policy),
+        }
     }
 
     /// True when `--strict-reconfig-check` guards `change`'s effect on the quorum: a

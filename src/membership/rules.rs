@@ -98,6 +98,9 @@ impl ClusterView {
 
 /// Checks `change` against `view` as etcd does, before anything is proposed.
 pub fn check(view: &ClusterView, change: &Change, policy: Policy) -> Result<(), MembershipError> {
+    if !matches!(change, Change::Promote { .. }) {
+        check_quorum(view, change, policy)?;
+    }
     match change {
         Change::Add {
             id,
@@ -105,20 +108,6 @@ pub fn check(view: &ClusterView, change: &Change, policy: Policy) -> Result<(), 
             is_learner,
             name,
         } => {
-            if policy.strict {
-                // IsReadyToAddVotingMember, for voters only: the new member counts, not
-                // as started.
-                let (members, started) = view.started_voters(None);
-                let restoring_from_one = started == 1 && members == 1;
-                if !is_learner && !restoring_from_one && started < members.div_ceil(2) + 1 {
-                    return Err(MembershipError::NotEnoughStarted);
-                }
-                // isConnectedFullySince, for learners too: nothing is added while a
-                // voter is out of reach.
-                if view.leader && !view.voters.iter().all(|v| view.connected.contains(v)) {
-                    return Err(MembershipError::Unhealthy);
-                }
-            }
             if view.removed.contains(id) {
                 return Err(MembershipError::Removed);
             }
@@ -137,20 +126,6 @@ pub fn check(view: &ClusterView, change: &Change, policy: Policy) -> Result<(), 
             Ok(())
         }
         Change::Remove { id } => {
-            if policy.strict && view.voters.contains(id) {
-                let (members, started) = view.started_voters(Some(*id));
-                if started < members / 2 + 1 {
-                    return Err(MembershipError::NotEnoughStarted);
-                }
-                // A member that is down is not part of the active quorum: removing it
-                // is safe (etcd's ActiveSince is zero for it).
-                if view.leader && view.connected.contains(id) {
-                    let active = view.voters.intersection(&view.connected).count();
-                    if active.saturating_sub(1) < 1 + (view.voters.len() - 1) / 2 {
-                        return Err(MembershipError::Unhealthy);
-                    }
-                }
-            }
             if view.removed.contains(id) {
                 return Err(MembershipError::Removed);
             }
@@ -203,6 +178,54 @@ pub fn check(view: &ClusterView, change: &Change, policy: Policy) -> Result<(), 
             Ok(())
         }
     }
+}
+
+/// The checks etcd makes on the member a MemberAdd or MemberRemove reaches, before it
+/// proposes: `--strict-reconfig-check`'s quorum protections (`mayAddMember`,
+/// `mayRemoveMember`). The rest etcd checks as it applies the change, on a membership as
+/// new as its leader's, so a member that does not lead leaves it to its leader: a
+/// follower that has not yet applied a removal must not refuse the same peer URL's
+/// addition as taken.
+pub fn check_quorum(
+    view: &ClusterView,
+    change: &Change,
+    policy: Policy,
+) -> Result<(), MembershipError> {
+    if !policy.strict {
+        return Ok(());
+    }
+    match change {
+        Change::Add { is_learner, .. } => {
+            // IsReadyToAddVotingMember, for voters only: the new member counts, not as
+            // started.
+            let (members, started) = view.started_voters(None);
+            let restoring_from_one = started == 1 && members == 1;
+            if !is_learner && !restoring_from_one && started < members.div_ceil(2) + 1 {
+                return Err(MembershipError::NotEnoughStarted);
+            }
+            // isConnectedFullySince, for learners too: nothing is added while a voter
+            // is out of reach.
+            if view.leader && !view.voters.iter().all(|v| view.connected.contains(v)) {
+                return Err(MembershipError::Unhealthy);
+            }
+        }
+        Change::Remove { id } if view.voters.contains(id) => {
+            let (members, started) = view.started_voters(Some(*id));
+            if started < members / 2 + 1 {
+                return Err(MembershipError::NotEnoughStarted);
+            }
+            // A member that is down is not part of the active quorum: removing it is
+            // safe (etcd's ActiveSince is zero for it).
+            if view.leader && view.connected.contains(id) {
+                let active = view.voters.intersection(&view.connected).count();
+                if active.saturating_sub(1) < 1 + (view.voters.len() - 1) / 2 {
+                    return Err(MembershipError::Unhealthy);
+                }
+            }
+        }
+        Change::Remove { .. } | Change::Update { .. } | Change::Promote { .. } => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -323,6 +346,28 @@ mod tests {
         assert_eq!(
             check(&single, &add(4, "http://m4:2380", false), STRICT),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn a_follower_checks_only_the_quorum_and_leaves_the_rest_to_its_leader() {
+        let mut follower = three();
+        follower.leader = false;
+        // The URL of a member whose removal this follower has not applied yet.
+        let readd = add(4, "http://m3:2380", false);
+        assert_eq!(
+            check(&follower, &readd, STRICT),
+            Err(MembershipError::PeerUrlExists)
+        );
+        assert_eq!(check_quorum(&follower, &readd, STRICT), Ok(()));
+        assert_eq!(
+            check_quorum(&follower, &Change::Remove { id: 9 }, STRICT),
+            Ok(())
+        );
+        follower.started = [1].into();
+        assert_eq!(
+            check_quorum(&follower, &readd, STRICT),
+            Err(MembershipError::NotEnoughStarted)
         );
     }
 
