@@ -79,8 +79,8 @@ pub enum Fault {
     /// partition): the others elect a successor, whose first message to the spared
     /// follower deposes the old leader there, and the old leader keeps what it appended
     /// alone. Never drawn by [`FaultPlan::from_seed`]; a scenario puts it in place of
-    /// an isolation, and [`PartialIsolation`] tells its clients who was cut off and who
-    /// was spared.
+    /// an isolation, and then also piles writes on the leader it cuts off and replaces
+    /// the follower it spares, learning who they are from [`PartialIsolation`].
     IsolateLeaderButOne,
     /// Restart the member at once: in-memory state lost, no outage.
     Restart(Role),

@@ -210,12 +210,6 @@ pub struct Scenario {
     /// unless a targeted scenario's run plants that pause (the planted-bug registry
     /// does), when the lease checker's liveness bound must allow for it.
     pub expiry_pause: Duration,
-    /// If not zero, a [`Pileup`] client sends this many writes that change nothing to
-    /// the leader a [`Fault::IsolateLeaderButOne`] cuts off (see
-    /// [`Scenario::replacement_beside_a_deposed_leader`]).
-    pub pileup: usize,
-    /// The membership client replaces the follower such an isolation spared.
-    pub replace_spared: bool,
     /// The members' `--strict-reconfig-check` (etcd's default, true, unless the seed
     /// must change the membership while a voter is out of reach).
     pub strict_reconfig_check: bool,
@@ -342,8 +336,6 @@ impl Scenario {
             },
             lease_lapse: None,
             expiry_pause: Duration::ZERO,
-            pileup: if partial { PILEUP_WRITES } else { 0 },
-            replace_spared: partial,
             strict_reconfig_check,
             known: KnownIssues::of_this_server(),
             data_root: default_data_root(),
@@ -556,9 +548,13 @@ impl Scenario {
             Ok(())
         });
 
+        // A partial isolation of the leader comes with writes piled on the leader it
+        // cuts off and a replacement of the follower it spares (see
+        // `Scenario::replacement_beside_a_deposed_leader`).
         let partial = PartialIsolation::new();
-        if self.pileup > 0 {
-            let pileup = Pileup::new("pileup", directory.clone(), partial.clone(), self.pileup);
+        let partially_isolated = self.plan.has(&Fault::IsolateLeaderButOne);
+        if partially_isolated {
+            let pileup = Pileup::new("pileup", directory.clone(), partial.clone(), PILEUP_WRITES);
             sim.client("pileup", async move {
                 pileup.run().await?;
                 Ok(())
@@ -571,7 +567,7 @@ impl Scenario {
             let client = MembershipClient {
                 steps: self.membership.clone(),
                 joins: !self.known.joining_member_spins,
-                replace_spared: self.replace_spared.then(|| partial.clone()),
+                replace_spared: partially_isolated.then(|| partial.clone()),
                 ..MembershipClient::new(
                     "membership",
                     directory.clone(),

@@ -98,9 +98,7 @@ impl ClusterView {
 
 /// Checks `change` against `view` as etcd does, before anything is proposed.
 pub fn check(view: &ClusterView, change: &Change, policy: Policy) -> Result<(), MembershipError> {
-    if !matches!(change, Change::Promote { .. }) {
-        check_quorum(view, change, policy)?;
-    }
+    check_quorum(view, change, policy)?;
     match change {
         Change::Add {
             id,

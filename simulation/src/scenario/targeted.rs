@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{Scenario, LEASE_CHECKPOINT_INTERVAL_LONG, PILEUP_WRITES, REPLACE_AFTER_ISOLATION};
+use super::{Scenario, LEASE_CHECKPOINT_INTERVAL_LONG, REPLACE_AFTER_ISOLATION};
 use crate::faults::{Episode, Fault, FaultPlan};
 use crate::workload::{Lapse, MembershipOp, MembershipStep};
 
@@ -106,8 +106,6 @@ impl Scenario {
             }],
             auth: None,
             raft_snapshot_count: None,
-            pileup: PILEUP_WRITES,
-            replace_spared: true,
             strict_reconfig_check: false,
             ..Scenario::from_seed(seed)
         }
