@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use quantykube_raft::log_db;
+use quantykube_raft::{log_db, LOG_COLUMN_FAMILIES};
 use rocksdb::DB;
 
 use crate::store::{self, StoreError};
@@ -32,15 +32,24 @@ pub fn log_path(data_dir: &Path, wal_dir: Option<&Path>) -> std::path::PathBuf {
 }
 
 /// Opens the member's databases, moving a log kept in the store's database into the
-/// log's own first. The move is idempotent until its last step, which drops the old
-/// column families, so a crash at any point leaves a member that starts.
+/// log's own first. The move is idempotent until its last steps, which drop the old
+/// column families one at a time (each a synced MANIFEST edit of RocksDB's); the log's
+/// database is synced before the first drop, so a store that lacks some of them has
+/// had its log moved already, and only the drops are left. A crash at any point leaves
+/// a member that starts with its log.
 pub fn open(data_dir: &Path, wal_dir: Option<&Path>) -> Result<Databases, StoreError> {
     let store_path = store_path(data_dir);
+    // RocksDB syncs the directories it writes in, never their parents.
+    quantykube_raft::durable::create_dir_all(&store_path)?;
     let legacy = log_db::legacy_log_families(&store_path)?;
     let log = log_db::open_log_database(&log_path(data_dir, wal_dir))?;
     let mut store = store::open_database(&store_path, &legacy)?;
     if !legacy.is_empty() {
-        let moved = log_db::move_log(&store, &log)?;
+        let moved = if legacy.len() == LOG_COLUMN_FAMILIES.len() {
+            log_db::move_log(&store, &log)?
+        } else {
+            0
+        };
         let only_handle = Arc::get_mut(&mut store)
             .ok_or_else(|| StoreError::corrupt("the store's database is shared while opening"))?;
         for name in &legacy {
@@ -58,7 +67,6 @@ pub fn open(data_dir: &Path, wal_dir: Option<&Path>) -> Result<Databases, StoreE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use quantykube_raft::LOG_COLUMN_FAMILIES;
 
     #[test]
     fn a_log_kept_in_the_store_database_moves_to_its_own_and_the_store_keeps_its_data() {
@@ -96,5 +104,48 @@ mod tests {
             .get_cf(log_cf, 1u64.to_be_bytes())
             .unwrap()
             .is_some());
+    }
+
+    #[test]
+    fn a_crash_between_the_two_drops_of_the_move_leaves_a_member_that_starts_with_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("wal");
+        {
+            let mut db =
+                store::open_database(&store_path(dir.path()), LOG_COLUMN_FAMILIES).unwrap();
+            let log_cf = db.cf_handle(LOG_COLUMN_FAMILIES[0]).unwrap();
+            db.put_cf(log_cf, 1u64.to_be_bytes(), b"entry").unwrap();
+            let state_cf = db.cf_handle(LOG_COLUMN_FAMILIES[1]).unwrap();
+            db.put_cf(state_cf, b"vote", b"term 3").unwrap();
+            // The move as `open` makes it, and the first of its two drops; then the
+            // process dies (each drop is a synced MANIFEST edit of its own).
+            let log = log_db::open_log_database(&wal).unwrap();
+            log_db::move_log(&db, &log).unwrap();
+            std::sync::Arc::get_mut(&mut db)
+                .unwrap()
+                .drop_cf(LOG_COLUMN_FAMILIES[0])
+                .unwrap();
+        }
+        let opened = open(dir.path(), None).unwrap();
+        let log_cf = opened.log.cf_handle(LOG_COLUMN_FAMILIES[0]).unwrap();
+        let state_cf = opened.log.cf_handle(LOG_COLUMN_FAMILIES[1]).unwrap();
+        assert_eq!(
+            opened
+                .log
+                .get_cf(log_cf, 1u64.to_be_bytes())
+                .unwrap()
+                .as_deref(),
+            Some(&b"entry"[..])
+        );
+        assert_eq!(
+            opened.log.get_cf(state_cf, b"vote").unwrap().as_deref(),
+            Some(&b"term 3"[..])
+        );
+        for name in LOG_COLUMN_FAMILIES {
+            assert!(
+                opened.store.cf_handle(name).is_none(),
+                "{name} is still in the store"
+            );
+        }
     }
 }

@@ -14,6 +14,7 @@ pub mod concurrency;
 pub mod config;
 pub mod corruption;
 pub mod disk;
+pub mod entry;
 pub mod http;
 pub mod identity;
 pub mod lessor;

@@ -776,7 +776,10 @@ async fn follow_membership(node: Arc<Node>) {
 /// `membership::join`), starts its raft and, for a new cluster, bootstraps the
 /// membership from `--initial-cluster`, as etcd's static bootstrap does.
 async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<Node>, NodeError> {
-    std::fs::create_dir_all(&config.data_dir)?;
+    // The data dir's own name must survive a power cut: without the sync of its parent
+    // a member's first writes could be acknowledged into a directory that a power cut
+    // then takes away whole.
+    quantykube_raft::durable::create_dir_all(&config.data_dir)?;
     let databases = crate::disk::open(&config.data_dir, config.wal_dir.as_deref())?;
     let revision_store = Arc::new(RevisionStore::new(databases.store)?);
     revision_store.ensure_latest_index()?;

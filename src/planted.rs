@@ -85,6 +85,9 @@ pub enum PlantedBug {
     /// deciding it, as a task descheduled that long would, so that the leader that
     /// decided it can be deposed in between.
     PausedExpiryProposals,
+    /// `snapshot restore` closes the store it filled without syncing it: a power cut
+    /// right after the restore leaves the restored member without its newest writes.
+    RestoreWithoutSync,
     /// A bug of the raft layer (`quantykube_raft::planted`).
     Raft(quantykube_raft::planted::RaftBug),
 }
@@ -99,6 +102,56 @@ pub fn plant(bug: PlantedBug) {
     if let Ok(mut planted) = PLANTED.lock() {
         planted.push(bug);
     }
+}
+
+/// The bugs a real process can be started with, by name (`QK_PLANTED_BUGS`): those
+/// whose check a crash test on real processes stands behind.
+const BY_NAME: &[(&str, PlantedBug)] = &[("RestoreWithoutSync", PlantedBug::RestoreWithoutSync)];
+
+/// Plants the bugs `QK_PLANTED_BUGS` names (comma-separated; the raft layer's by their
+/// own names), for `quantykube-planted`. A name may end in `@<member name>` to plant
+/// the bug only in the member started with that `--name`. The unknown name, if any.
+pub fn plant_from_env() -> Result<(), String> {
+    let Ok(names) = std::env::var("QK_PLANTED_BUGS") else {
+        return Ok(());
+    };
+    let own_name = own_member_name();
+    for entry in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let (name, member) = match entry.split_once('@') {
+            Some((name, member)) => (name, Some(member)),
+            None => (entry, None),
+        };
+        let bug = BY_NAME
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, bug)| *bug)
+            .or_else(|| {
+                quantykube_raft::planted::RaftBug::BY_NAME
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, bug)| PlantedBug::Raft(*bug))
+            })
+            .ok_or_else(|| format!("QK_PLANTED_BUGS: no planted bug {name:?}"))?;
+        if member.is_none() || member == own_name.as_deref() {
+            tracing::warn!(bug = name, "planted bug on");
+            plant(bug);
+        }
+    }
+    Ok(())
+}
+
+/// The `--name` this process was started with (etcd's default, `default`, if none).
+fn own_member_name() -> Option<String> {
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if let Some(name) = arg.strip_prefix("--name=") {
+            return Some(name.to_owned());
+        }
+        if arg == "--name" {
+            return args.next();
+        }
+    }
+    std::env::var("ETCD_NAME").ok().or(Some("default".into()))
 }
 
 /// Turns every planted bug off, the raft layer's too.

@@ -21,6 +21,7 @@ pub mod client;
 pub mod codec;
 pub mod config;
 pub mod dialer;
+pub mod durable;
 pub mod force;
 pub mod guard;
 pub mod join;

@@ -34,7 +34,8 @@ const MOVE_BATCH_BYTES: usize = 4 << 20;
 /// Opens (creating it if needed) the raft log's database at `path`, with
 /// [`LOG_COLUMN_FAMILIES`].
 pub fn open_log_database(path: &Path) -> io::Result<Arc<DB>> {
-    std::fs::create_dir_all(path)?;
+    // Its name must survive a power cut as surely as the entries RocksDB syncs in it.
+    crate::durable::create_dir_all(path)?;
     let mut opts = Options::default();
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);

@@ -275,6 +275,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         // A vote granted and then forgotten by a crash could elect two leaders in a term.
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::is_planted(crate::planted::RaftBug::VoteWithoutSync) {
+            return self.put_state(KEY_VOTE, "vote", vote, false);
+        }
         self.put_state(KEY_VOTE, "vote", vote, true)
     }
 
@@ -315,6 +319,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             self.tail().append(&entries);
         }
         tracing::trace!(entries = count, "raft log append written");
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::is_planted(crate::planted::RaftBug::LogAcksBeforeSync) {
+            callback.io_completed(Ok(()));
+            return Ok(());
+        }
         self.syncer.sync_then(callback);
         Ok(())
     }

@@ -63,7 +63,7 @@ where
         guard: Arc<ClusterGuard>,
         staging_dir: PathBuf,
     ) -> Result<Self, io::Error> {
-        std::fs::create_dir_all(&staging_dir)?;
+        crate::durable::create_dir_all(&staging_dir)?;
         for entry in std::fs::read_dir(&staging_dir)? {
             let path = entry?.path();
             if path.extension().is_some_and(|ext| ext == PARTIAL_SUFFIX) {

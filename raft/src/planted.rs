@@ -24,6 +24,24 @@ pub enum RaftBug {
     /// The leader serves read indexes and forwarded writes to a member the cluster
     /// removed (which may not know it yet), instead of refusing them.
     LeaderServesRemovedSenders,
+    /// `durable::sync_dir` does nothing: creates, renames and removals of our own
+    /// files (member.json, snapshot files, new directories) are not made durable.
+    SkipDirectorySync,
+    /// The log store reports appended entries flushed at once and never syncs them:
+    /// a leader counts its own unsynced entries toward the quorum, and a follower
+    /// answers AppendEntries before its entries are on disk.
+    LogAcksBeforeSync,
+    /// A vote is written without a sync before it is answered.
+    VoteWithoutSync,
+}
+
+impl RaftBug {
+    /// The bugs a real process can be started with (`QK_PLANTED_BUGS`), by name.
+    pub const BY_NAME: &'static [(&'static str, RaftBug)] = &[
+        ("SkipDirectorySync", RaftBug::SkipDirectorySync),
+        ("LogAcksBeforeSync", RaftBug::LogAcksBeforeSync),
+        ("VoteWithoutSync", RaftBug::VoteWithoutSync),
+    ];
 }
 
 static PLANTED: Mutex<Vec<RaftBug>> = Mutex::new(Vec::new());

@@ -274,7 +274,7 @@ async fn write_file(node: &Node, path: &Path) -> Result<Written, String> {
         let export = store.export(&no_install).map_err(|e| e.to_string())?;
         drop(no_install);
         let dir = path.parent().ok_or("no folder")?;
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        quantykube_raft::durable::create_dir_all(dir).map_err(|e| e.to_string())?;
         let part = path.with_extension("db.part");
         let file = std::fs::File::create(&part).map_err(|e| e.to_string())?;
         let mut out = HashingFile {
@@ -291,7 +291,8 @@ async fn write_file(node: &Node, path: &Path) -> Result<Written, String> {
             .map_err(|e| e.to_string())?
             .sync_all()
             .map_err(|e| e.to_string())?;
-        std::fs::rename(&part, &path).map_err(|e| e.to_string())?;
+        // READY goes into the log once this returns: the name must be on disk first.
+        quantykube_raft::durable::rename(&part, &path).map_err(|e| e.to_string())?;
         Ok(Written {
             revision: written.revision,
             size: i64::try_from(bytes).unwrap_or(i64::MAX),

@@ -10,6 +10,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use quantykube_raft::durable;
+
 use super::file;
 use super::BackupError;
 use crate::bench::auth::Credentials;
@@ -74,18 +76,17 @@ pub async fn save(request: &Save<'_>) -> Result<PathBuf, BackupError> {
         out.sync_all().map_err(BackupError::file(&part))?;
         // The member's SHA-256 trailer must match what arrived.
         file::open(&part, false)?;
-        std::fs::rename(&part, &target).map_err(BackupError::file(&target))
+        // Durable before the command says it saved: a script may delete the previous
+        // backup next.
+        durable::rename(&part, &target).map_err(BackupError::file(&target))
     }
     .await;
     if let Err(error) = written {
         let _ = std::fs::remove_file(&part);
         return Err(error);
     }
-    if let Some(dir) = target.parent() {
-        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
-        if is_directory_target(request.target) && request.keep > 0 {
-            prune(dir, request.keep)?;
-        }
+    if is_directory_target(request.target) && request.keep > 0 {
+        prune(durable::parent_of(&target), request.keep)?;
     }
     Ok(target)
 }
@@ -99,7 +100,7 @@ fn target_file(target: &Path) -> Result<PathBuf, BackupError> {
     if !is_directory_target(target) {
         return Ok(target.to_path_buf());
     }
-    std::fs::create_dir_all(target).map_err(BackupError::file(target))?;
+    durable::create_dir_all(target).map_err(BackupError::file(target))?;
     let now = time::OffsetDateTime::now_utc();
     Ok(target.join(format!(
         "snapshot-{:04}{:02}{:02}T{:02}{:02}{:02}Z.db",

@@ -68,20 +68,10 @@ pub fn write_identity(data_dir: &Path, identity: Identity) -> Result<(), Members
 }
 
 fn write_json<T: Serialize>(data_dir: &Path, name: &str, value: &T) -> Result<(), MembershipError> {
-    let io = |e: std::io::Error| MembershipError::Identity(format!("{name}: {e}"));
-    let tmp = data_dir.join(format!("{name}.tmp"));
     let raw =
         serde_json::to_vec(value).map_err(|e| MembershipError::Identity(format!("{name}: {e}")))?;
-    {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&tmp).map_err(io)?;
-        file.write_all(&raw).map_err(io)?;
-        file.sync_all().map_err(io)?;
-    }
-    std::fs::rename(&tmp, data_dir.join(name)).map_err(io)?;
-    std::fs::File::open(data_dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io)
+    quantykube_raft::durable::write_file(&data_dir.join(name), &raw)
+        .map_err(|e| MembershipError::Identity(format!("{name}: {e}")))
 }
 
 /// The members a data dir made by `quantykube snapshot restore` founds its new cluster

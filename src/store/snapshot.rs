@@ -22,7 +22,7 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use quantykube_raft::SnapshotMeta;
+use quantykube_raft::{durable, SnapshotMeta};
 use rocksdb::{IteratorMode, WriteBatch};
 
 use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_LATEST, CF_LEASE, CF_META};
@@ -85,10 +85,6 @@ fn transfer_file(dir: &Path, meta: &SnapshotMeta) -> PathBuf {
     ))
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 fn remove_any(path: &Path) -> io::Result<()> {
     let removed = if path.is_dir() {
         std::fs::remove_dir_all(path)
@@ -107,7 +103,7 @@ impl RevisionStore {
     /// removes the transfer files that position supersedes. The returned path is
     /// written when a send first asks for it.
     pub fn build_snapshot(&self, dir: &Path) -> Result<SnapshotInfo, StoreError> {
-        std::fs::create_dir_all(dir)?;
+        durable::create_dir_all(dir)?;
         let meta = self.durable_snapshot_meta()?;
         let path = transfer_file(dir, &meta);
         remove_superseded_snapshots(dir, &meta);
@@ -151,8 +147,16 @@ impl RevisionStore {
     /// applied up to it is in the WAL, which the sync makes durable.
     fn durable_snapshot_meta(&self) -> Result<SnapshotMeta, StoreError> {
         let meta = self.snapshot_meta_at(&self.db.snapshot())?;
-        self.db.flush_wal(true)?;
+        self.sync_to_disk()?;
         Ok(meta)
+    }
+
+    /// Makes every write the store took so far durable (its WAL, synced). The store's
+    /// writes are not synced one by one: the raft log holds them, except where a
+    /// command fills a store outside the log (a restore) before closing it.
+    pub fn sync_to_disk(&self) -> Result<(), StoreError> {
+        self.db.flush_wal(true)?;
+        Ok(())
     }
 
     fn snapshot_meta_at(
@@ -170,7 +174,7 @@ impl RevisionStore {
     /// file, so that a transfer file is complete whenever it exists). A store that has
     /// applied nothing has no snapshot.
     fn export_snapshot(&self, dir: &Path) -> Result<Option<SnapshotInfo>, StoreError> {
-        std::fs::create_dir_all(dir)?;
+        durable::create_dir_all(dir)?;
         let snapshot = self.db.snapshot();
         // The raft position must match the data exactly: read both from one snapshot.
         let meta = self.snapshot_meta_at(&snapshot)?;
@@ -199,8 +203,7 @@ impl RevisionStore {
         let file = out.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         let path = transfer_file(dir, &meta);
-        std::fs::rename(&staging, &path)?;
-        sync_dir(dir)?;
+        durable::rename(&staging, &path)?;
         tracing::info!(path = %path.display(), "exported snapshot for transfer");
         Ok(Some(SnapshotInfo { meta, path }))
     }
@@ -374,21 +377,26 @@ fn remove_superseded_snapshots(dir: &Path, current: &SnapshotMeta) {
             tracing::warn!(path = %path.display(), %error, "could not remove old snapshot");
         }
     }
+    // A superseded file that came back after a power cut would be sent to a follower
+    // that needs entries the log no longer has.
+    if let Err(error) = durable::sync_dir(dir) {
+        tracing::warn!(dir = %dir.display(), %error, "could not sync the snapshot folder");
+    }
 }
 
 /// Makes a received snapshot file the current snapshot in `dir` (before it is
 /// installed, so that a crash during the install is repaired from it at restart) and
 /// returns its new path.
 pub fn keep_received_snapshot(dir: &Path, received: &Path) -> Result<PathBuf, StoreError> {
-    std::fs::create_dir_all(dir)?;
+    durable::create_dir_all(dir)?;
     let meta = read_snapshot_meta(received)?;
     let target = transfer_file(dir, &meta);
-    if received != target {
-        if std::fs::rename(received, &target).is_err() {
-            std::fs::copy(received, &target)?;
-            File::open(&target)?.sync_all()?;
-        }
-        sync_dir(dir)?;
+    if received != target && durable::rename(received, &target).is_err() {
+        // Another filesystem: a copy, complete under a temporary name first.
+        let copy = durable::temporary_name(&target);
+        std::fs::copy(received, &copy)?;
+        File::open(&copy)?.sync_all()?;
+        durable::rename(&copy, &target)?;
     }
     remove_superseded_snapshots(dir, &meta);
     Ok(target)

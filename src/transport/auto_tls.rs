@@ -6,9 +6,10 @@
 //! This module owns making those files. It never decides whether auto-TLS applies
 //! (`transport::SideTls` does) and never logs key material.
 
-use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use quantykube_raft::durable;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -33,7 +34,7 @@ pub fn self_cert(
         let path = path.to_path_buf();
         move |source| TransportError::Write { path, source }
     };
-    fs::create_dir_all(dir).map_err(io(dir))?;
+    durable::create_dir_all(dir).map_err(io(dir))?;
     let generation = |reason: rcgen::Error| TransportError::Generate(reason.to_string());
     // ring signs with P-256 and P-384 only; etcd's P-521 is not on offer.
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).map_err(generation)?;
@@ -66,28 +67,20 @@ pub fn self_cert(
         valid_years = validity_years,
         "automatically generated a self-signed certificate"
     );
-    write_private(&key_path, key.serialize_pem().as_bytes()).map_err(io(&key_path))?;
-    fs::write(&cert_path, cert.pem()).map_err(io(&cert_path))?;
+    // Each file is whole or absent after a power cut, the key (only its owner may
+    // read it, as etcd writes it) before the certificate: a key without its
+    // certificate is made again at the next start.
+    let key_pem = key.serialize_pem();
+    durable::write_file_with(&key_path, 0o600, |file| file.write_all(key_pem.as_bytes()))
+        .map_err(io(&key_path))?;
+    durable::write_file(&cert_path, cert.pem().as_bytes()).map_err(io(&cert_path))?;
     Ok((cert_path, key_path))
-}
-
-/// Writes a file only its owner can read, as etcd writes `key.pem`.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut options = fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn makes_a_certificate_once_and_reuses_it() {

@@ -142,6 +142,13 @@ pub struct ClusterOptions {
     /// Runs before each member first starts, e.g. to restore its data dir from a
     /// snapshot.
     pub prepare: Option<MemberPrepare>,
+    /// Where members keep their data dirs (`<root>/m<i>/data`), e.g. each on a crash
+    /// filesystem mounted at `<root>/m<i>`; `None`: `data` in each member's own
+    /// temporary directory. Logs stay there.
+    pub data_root: Option<PathBuf>,
+    /// Start the members (the default); without, [`Cluster::start_all`] does, after
+    /// the caller prepared their data dirs.
+    pub start: bool,
 }
 
 /// The facts about one member that per-member flags are made of.
@@ -156,8 +163,11 @@ pub struct MemberSpec {
     /// metrics URL, a second client URL), taken from the top of the block, so they
     /// collide with joining members only once a cluster has more than 6 members.
     pub spare_ports: [u16; 2],
-    /// The member's own temporary directory (its data dir is `data` inside it).
+    /// The member's own temporary directory (its log, and by default its data dir,
+    /// `data`, are inside it).
     pub dir: PathBuf,
+    /// The member's `--data-dir`.
+    pub data_dir: PathBuf,
     /// The cluster's `--initial-cluster` and `--initial-cluster-token`.
     pub initial_cluster: String,
     pub token: String,
@@ -166,7 +176,7 @@ pub struct MemberSpec {
 impl MemberSpec {
     /// The member's `--data-dir`.
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.join("data")
+        self.data_dir.clone()
     }
 
     pub fn peer_url(&self, scheme: &str) -> String {
@@ -304,7 +314,21 @@ impl ClusterOptions {
             flags_as_env: false,
             metrics_urls: false,
             prepare: None,
+            data_root: None,
+            start: true,
         }
+    }
+
+    /// Makes the cluster without starting its members (see [`Cluster::start_all`]).
+    pub fn unstarted(mut self) -> Self {
+        self.start = false;
+        self
+    }
+
+    /// Members keep their data dirs under `root` (`<root>/m<i>/data`).
+    pub fn data_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.data_root = Some(root.into());
+        self
     }
 
     /// Runs `prepare` on each member's directory before the member first starts.
@@ -386,6 +410,7 @@ impl ClusterOptions {
 struct Member {
     name: String,
     dir: TempDir,
+    data_dir: PathBuf,
     client_url: String,
     peer_url: String,
     log_path: PathBuf,
@@ -414,7 +439,7 @@ struct Join {
 
 impl Member {
     fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.data_dir.clone()
     }
 }
 
@@ -435,6 +460,8 @@ pub struct Cluster {
     base_port: u16,
     /// `--initial-cluster` of the members the cluster started with.
     initial_cluster: String,
+    /// See [`ClusterOptions::data_root`].
+    data_root: Option<PathBuf>,
 }
 
 /// The output of one etcdctl run.
@@ -483,9 +510,11 @@ impl Cluster {
                 .expect("create member tempdir");
             let client_port = base_port + 2 * i as u16;
             let log_path = dir.path().join("member.log");
+            let data_dir = member_data_dir(options.data_root.as_deref(), dir.path(), i);
             members.push(Member {
                 name: format!("m{i}"),
                 dir,
+                data_dir,
                 client_url: format!("{}://{ip}:{client_port}", options.client_scheme),
                 peer_url: format!("{}://{ip}:{}", options.peer_scheme, client_port + 1),
                 log_path,
@@ -517,7 +546,11 @@ impl Cluster {
             ip,
             base_port,
             initial_cluster,
+            data_root: options.data_root,
         };
+        if !options.start {
+            return cluster;
+        }
         for i in 0..cluster.members.len() {
             if let Some(prepare) = &options.prepare {
                 (prepare.0)(&cluster.member_spec(i));
@@ -580,6 +613,7 @@ impl Cluster {
             peer_port: client_port + 1,
             spare_ports: spare_ports(self.base_port, i),
             dir: self.members[i].dir.path().to_path_buf(),
+            data_dir: self.members[i].data_dir(),
             initial_cluster: self.initial_cluster.clone(),
             token: self.token.clone(),
         }
@@ -700,6 +734,25 @@ impl Cluster {
     pub fn start_member(&mut self, i: usize) {
         self.kill9(i);
         self.spawn_member(i);
+    }
+
+    /// Starts every member that is not running (of a cluster made with
+    /// [`ClusterOptions::unstarted`], say), waits until all are ready, and learns the
+    /// IDs of those it did not know.
+    pub async fn start_all(&mut self) {
+        for i in 0..self.members.len() {
+            if !self.is_running(i) {
+                self.spawn_member(i);
+            }
+        }
+        self.wait_ready_all().await;
+        for i in 0..self.members.len() {
+            if self.members[i].id == 0 {
+                let id = self.member_id_by_probe(i).await;
+                assert_ne!(id, 0, "member {i} reported member_id 0");
+                self.members[i].id = id;
+            }
+        }
     }
 
     /// Restarts every member at once and waits until all are ready.
@@ -912,7 +965,8 @@ impl Cluster {
             .map_err(|e| e.to_string())
     }
 
-    async fn wait_ready_all(&mut self) {
+    /// Waits until every member serves a linearizable read.
+    pub async fn wait_ready_all(&mut self) {
         let deadline = Instant::now() + START_TIMEOUT;
         for i in 0..self.members.len() {
             self.wait_ready(i, deadline).await;
@@ -922,31 +976,87 @@ impl Cluster {
     /// Waits until member `i` answers a linearizable Range, failing fast (with the
     /// member's log) if its process exits.
     async fn wait_ready(&mut self, i: usize, deadline: Instant) {
+        if let Err(why) = self.try_wait_ready(i, deadline).await {
+            panic!("{why}");
+        }
+    }
+
+    /// Waits until member `i` answers a linearizable Range; the reason if its process
+    /// exits first or the deadline passes.
+    pub async fn try_wait_ready(&mut self, i: usize, deadline: Instant) -> Result<(), String> {
         let endpoint = self.endpoint(i);
         loop {
             if let Some(child) = self.members[i].child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     self.members[i].child = None;
-                    panic!(
+                    return Err(format!(
                         "{} member {i} exited during startup with {status}",
                         self.target
-                    );
+                    ));
                 }
             }
             let last_error = match self.probe_read(i).await {
-                Ok(()) => return,
+                Ok(()) => return Ok(()),
                 Err(e) => e,
             };
             if Instant::now() >= deadline {
-                panic!(
+                return Err(format!(
                     "{} member {i} ({endpoint}) not ready before the deadline; last error: \
                      {last_error}",
                     self.target
-                );
+                ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// Runs a restore command, panicking with its output if it fails.
+pub fn run(mut command: Command) {
+    let out = command.output().expect("run restore");
+    assert!(
+        out.status.success(),
+        "{command:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The restore command of `target` for member `spec`: etcdctl's for etcd, QuantyKube's
+/// own (same flags) for QuantyKube.
+pub fn restore_command(target: Target, file: &Path, spec: &MemberSpec) -> Command {
+    let mut command = match target {
+        Target::Etcd => {
+            let mut c = Command::new(etcdctl_binary());
+            c.env("ETCDCTL_API", "3");
+            c
+        }
+        Target::Quantykube => Command::new(target.require_binary()),
+    };
+    command
+        .arg("snapshot")
+        .arg("restore")
+        .arg(file)
+        .arg("--name")
+        .arg(&spec.name)
+        .arg("--initial-cluster")
+        .arg(&spec.initial_cluster)
+        .arg("--initial-cluster-token")
+        .arg(&spec.token)
+        .arg("--initial-advertise-peer-urls")
+        .arg(spec.peer_url("http"))
+        .arg("--data-dir")
+        .arg(spec.data_dir());
+    command
+}
+
+/// Member `i`'s data dir: under `root` if given, else in its own directory.
+fn member_data_dir(root: Option<&Path>, own: &Path, i: usize) -> PathBuf {
+    root.map_or_else(
+        || own.join("data"),
+        |root| root.join(format!("m{i}")).join("data"),
+    )
 }
 
 /// How long MemberAdd and MemberRemove are retried while etcd refuses them as
@@ -984,6 +1094,7 @@ impl Cluster {
             .tempdir()
             .expect("create member tempdir");
         let log_path = dir.path().join("member.log");
+        let data_dir = member_data_dir(self.data_root.as_deref(), dir.path(), i);
         let client_scheme = if self.client_tls.is_some() {
             "https"
         } else {
@@ -998,6 +1109,7 @@ impl Cluster {
         self.members.push(Member {
             name: format!("m{i}"),
             dir,
+            data_dir,
             client_url: format!("{client_scheme}://{}:{client_port}", self.ip),
             peer_url,
             log_path,

@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 
-use crate::harness::{etcdctl_binary, Cluster, ClusterOptions, MemberSpec, Target};
+use crate::harness::{
+    etcdctl_binary, restore_command, run, Cluster, ClusterOptions, MemberSpec, Target,
+};
 
 /// One key version as a client sees it.
 type Version = (Vec<u8>, Vec<u8>, i64, i64, i64, i64);
@@ -164,46 +166,6 @@ async fn observe(
     (readings, leases)
 }
 
-/// Runs a restore command, panicking with its output if it fails.
-fn run(mut command: Command) {
-    let out = command.output().expect("run restore");
-    assert!(
-        out.status.success(),
-        "{command:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The restore command of `target` for member `spec`: etcdctl's for etcd, QuantyKube's
-/// own (same flags) for QuantyKube.
-fn restore_command(target: Target, file: &Path, spec: &MemberSpec) -> Command {
-    let mut command = match target {
-        Target::Etcd => {
-            let mut c = Command::new(etcdctl_binary());
-            c.env("ETCDCTL_API", "3");
-            c
-        }
-        Target::Quantykube => Command::new(target.require_binary()),
-    };
-    command
-        .arg("snapshot")
-        .arg("restore")
-        .arg(file)
-        .arg("--name")
-        .arg(&spec.name)
-        .arg("--initial-cluster")
-        .arg(&spec.initial_cluster)
-        .arg("--initial-cluster-token")
-        .arg(&spec.token)
-        .arg("--initial-advertise-peer-urls")
-        .arg(spec.peer_url("http"))
-        .arg("--data-dir")
-        .arg(spec.data_dir());
-    command
-}
-
 /// Starts `members` members of `target`, each restored from `file` first.
 pub(crate) async fn restored_cluster(target: Target, members: usize, file: PathBuf) -> Cluster {
     ClusterOptions::new(members)
@@ -326,6 +288,7 @@ async fn an_etcd_data_dirs_db_restores_with_skip_hash_check() {
     let refused = {
         let spec = MemberSpec {
             dir: dir.path().join("refused"),
+            data_dir: dir.path().join("refused").join("data"),
             ..etcd.member_spec(0)
         };
         restore_command(target, &file, &spec)
@@ -416,6 +379,7 @@ async fn corrupt_and_truncated_snapshots_are_refused_and_nothing_is_written() {
 
     let spec = MemberSpec {
         dir: dir.path().join("member"),
+        data_dir: dir.path().join("member").join("data"),
         ..cluster.member_spec(0)
     };
     std::fs::create_dir_all(&spec.dir).expect("member dir");

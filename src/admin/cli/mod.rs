@@ -620,7 +620,7 @@ async fn download(
                 message: format!("downloaded {name:?} has SHA-256 {got}, not {expected_sha}"),
             });
         }
-        std::fs::rename(&part, file).map_err(io)
+        quantykube_raft::durable::rename(&part, file).map_err(io)
     }
     .await;
     if written.is_err() {

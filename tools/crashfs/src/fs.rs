@@ -55,6 +55,18 @@ pub struct State {
     pub model: Model,
     pub faults: Faults,
     pub stats: Stats,
+    pub names: Names,
+}
+
+/// When a create, rename or unlink becomes durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Names {
+    /// Once its directory is fsynced, and not before (POSIX's promise, and LazyFS's).
+    #[default]
+    PerDirectory,
+    /// With the next fsync of anything: the filesystem journals every name change in
+    /// order and commits the journal on each fsync, as ext4 and XFS do.
+    Journaled,
 }
 
 #[derive(Debug)]
@@ -70,6 +82,7 @@ impl Shared {
                 model,
                 faults: Faults::default(),
                 stats: Stats::default(),
+                names: Names::default(),
             }),
             powered: AtomicBool::new(true),
         }
@@ -445,6 +458,9 @@ impl CrashFilesystem {
 }
 
 fn finish_sync(state: &mut State, target: SyncTarget) -> io::Result<()> {
+    if state.names == Names::Journaled {
+        state.model.sync_every_name()?;
+    }
     match target {
         SyncTarget::File(ino) => {
             state.model.sync_file(ino);

@@ -37,7 +37,7 @@ mod fs;
 mod model;
 
 pub use faults::{ErrorRule, Faults, FileMatch, Op, Stall};
-pub use fs::Stats;
+pub use fs::{Names, Stats};
 pub use model::{PowerLossReport, PAGE};
 
 use std::ffi::CString;
@@ -45,11 +45,17 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 
 use crate::fs::{CrashFilesystem, Shared};
 use crate::model::Model;
+
+/// How long [`CrashFs::restart`] waits for the last files of killed processes to be
+/// released: the kernel does it after the process is reaped, on a worker of its own, so
+/// it takes a moment (more on a loaded machine), but never long.
+pub const RELEASE_WAIT: Duration = Duration::from_secs(30);
 
 /// What a power cut keeps of the pages written since their file's last sync.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,11 +160,29 @@ impl CrashFs {
 
     /// A reboot after a power cut (cutting it now if it is still on): unmounts, rolls
     /// the backing tree back to what was durable (or torn, as `torn` says), and mounts
-    /// again with the power on. Faults stay as they were set. Fails with `EBUSY`, and
-    /// changes nothing, while a process still uses the mount.
+    /// again with the power on. Faults stay as they were set. Waits up to
+    /// [`RELEASE_WAIT`] for the mount to be let go of (the kernel closes a killed
+    /// process's files after it has been reaped), then fails with `EBUSY`, changing
+    /// nothing, while a process still uses the mount.
     pub fn restart(&mut self, torn: Torn) -> io::Result<PowerLossReport> {
+        self.restart_within(torn, RELEASE_WAIT)
+    }
+
+    /// [`CrashFs::restart`], waiting at most `wait` for the mount to be let go of.
+    pub fn restart_within(&mut self, torn: Torn, wait: Duration) -> io::Result<PowerLossReport> {
         self.shared.cut();
-        self.unmount()?;
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.unmount() {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => {
+                    other?;
+                    break;
+                }
+            }
+        }
         let report = {
             let mut state = self.shared.lock();
             match torn {
@@ -198,6 +222,11 @@ impl CrashFs {
     /// Changes the faults in force.
     pub fn set_faults(&self, change: impl FnOnce(&mut Faults)) {
         change(&mut self.shared.lock().faults);
+    }
+
+    /// Chooses when name changes (creates, renames, unlinks) become durable.
+    pub fn set_names(&self, names: Names) {
+        self.shared.lock().names = names;
     }
 
     /// Removes every fault.

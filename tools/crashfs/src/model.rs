@@ -442,6 +442,15 @@ impl Model {
         self.collect_graves(false)
     }
 
+    /// Every directory's entries are durable (a journal commit), file data as it was.
+    pub fn sync_every_name(&mut self) -> io::Result<()> {
+        if self.dirs.is_empty() {
+            return Ok(());
+        }
+        self.dirs.clear();
+        self.collect_graves(true)
+    }
+
     /// What `sync(2)` followed by an `fsync` of every directory would make durable:
     /// everything.
     pub fn sync_everything(&mut self) -> io::Result<()> {

@@ -286,7 +286,7 @@ fn after_a_cut_every_request_fails_and_a_busy_mount_is_not_restarted() {
         fs::read(m.path("file")).unwrap_err().raw_os_error(),
         Some(libc::EIO)
     );
-    let busy = m.fs.restart(Torn::No).unwrap_err();
+    let busy = m.fs.restart_within(Torn::No, Duration::ZERO).unwrap_err();
     assert_eq!(busy.raw_os_error(), Some(libc::EBUSY));
     drop(open);
     m.fs.restart(Torn::No).unwrap();
@@ -394,4 +394,22 @@ fn a_stalled_sync_takes_its_delay_and_holds_up_nothing_else() {
     m.fs.restart(Torn::No).unwrap();
     assert_eq!(read(&m.path("slow")).as_deref(), Some(&b"ab"[..]));
     assert_eq!(read(&m.path("fast")).as_deref(), Some(&b"bccccc"[..]));
+}
+
+#[test]
+fn with_journaled_names_any_sync_makes_every_earlier_name_change_durable() {
+    let Some(mut m) = mount() else { return };
+    m.fs.set_names(quantykube_crashfs::Names::Journaled);
+    fs::create_dir(m.path("data")).unwrap();
+    fs::write(m.path("data/unsynced"), b"gone").unwrap();
+    let mut log = File::create(m.path("data/log")).unwrap();
+    log.write_all(b"entry").unwrap();
+    log.sync_data().unwrap();
+    fs::write(m.path("data/after"), b"not journaled yet").unwrap();
+    drop(log);
+    m.fs.restart(Torn::No).unwrap();
+    assert_eq!(read(&m.path("data/log")).as_deref(), Some(&b"entry"[..]));
+    // Named by the journal commit, but its data was never synced.
+    assert_eq!(read(&m.path("data/unsynced")).as_deref(), Some(&b""[..]));
+    assert_eq!(read(&m.path("data/after")), None);
 }

@@ -1,0 +1,20 @@
+//! Power losses and failing disks on real members: each member keeps its data dir on a
+//! crash filesystem (`tools/crashfs`) that drops, at a power cut, everything that was
+//! not synced, as a real power cut does (`kill -9` keeps the page cache). The
+//! scenarios judge what clients were told against what the members hold afterwards
+//! (`verdict`). They run against QuantyKube, or etcd 3.4 with `QK_TEST_TARGET=etcd`
+//! (see the e2e harness).
+//!
+//! `QK_CRASH_ROUNDS` sets how many power losses the long scenarios take (`make
+//! crash-soak`); `QK_CRASH_SEED` replays a run's choices of instants (each test prints
+//! its seed).
+
+#[path = "../e2e/harness.rs"]
+mod harness;
+
+mod first_files;
+mod power;
+mod restore;
+mod rig;
+mod traffic;
+mod verdict;

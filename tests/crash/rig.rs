@@ -1,0 +1,119 @@
+//! A cluster whose members each keep their data dir on a crash filesystem of its own,
+//! and power losses of some or all of them.
+//!
+//! Each member's `--data-dir` is `data` in its own crashfs mount, so one member can
+//! lose power while the others serve, and all of them can lose power together: every
+//! mount is frozen first (a request after its freeze fails and changes nothing), then
+//! the processes are killed, then each mount rolls back to what was durable and
+//! remounts, and the members start again on what is left. Logs stay outside the
+//! mounts.
+
+use quantykube_crashfs::{CrashFs, Names, PowerLossReport, Torn};
+use tempfile::TempDir;
+
+use crate::harness::{Cluster, ClusterOptions, Target};
+
+/// A cluster on crash filesystems. Fields drop in order: the members are killed before
+/// their filesystems unmount.
+pub struct Rig {
+    pub cluster: Cluster,
+    pub disks: Vec<CrashFs>,
+    pub power_losses: usize,
+    _dir: TempDir,
+}
+
+/// When the disks make creates, renames and unlinks durable: `QK_CRASH_NAMES`
+/// (`per-directory` or `journaled`), else per directory (POSIX's promise, the harsher
+/// model) for QuantyKube, and journaled (as ext4 and XFS do) for etcd 3.4, which makes
+/// its data dir without syncing the parent and so loses it whole to a power cut on the
+/// first model.
+pub fn names() -> Names {
+    match std::env::var("QK_CRASH_NAMES").as_deref() {
+        Ok("journaled") => Names::Journaled,
+        Ok("per-directory") => Names::PerDirectory,
+        Ok(other) => panic!("QK_CRASH_NAMES={other}: expected per-directory or journaled"),
+        Err(_) if Target::from_env() == Target::Etcd => Names::Journaled,
+        Err(_) => Names::PerDirectory,
+    }
+}
+
+/// The reason the crash tests cannot run here, after printing it; under CI (where the
+/// machine has FUSE and root) a panic instead.
+pub fn unavailable() -> Option<String> {
+    let why = CrashFs::available().err()?;
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "crash filesystem unavailable under CI: {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    Some(why)
+}
+
+impl Rig {
+    /// Starts `members` members, each on a fresh crash filesystem, with the options
+    /// `options` adds; `None` (test skipped) where crash filesystems cannot mount.
+    pub async fn start(
+        members: usize,
+        options: impl FnOnce(ClusterOptions) -> ClusterOptions,
+    ) -> Option<Rig> {
+        if unavailable().is_some() {
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("qk-crash-")
+            .tempdir()
+            .expect("tempdir");
+        let data_root = dir.path().join("data");
+        let mut disks = Vec::with_capacity(members);
+        for i in 0..members {
+            let disk = CrashFs::mount(
+                dir.path().join(format!("disk{i}")),
+                data_root.join(format!("m{i}")),
+            )
+            .unwrap_or_else(|e| panic!("mount the crash filesystem of member {i}: {e}"));
+            disk.set_names(names());
+            disks.push(disk);
+        }
+        let cluster = options(ClusterOptions::new(members).data_root(&data_root))
+            .start()
+            .await;
+        Some(Rig {
+            cluster,
+            disks,
+            power_losses: 0,
+            _dir: dir,
+        })
+    }
+
+    /// Cuts the power of `members` at one instant, kills them, and brings their disks
+    /// back as the power cut left them. The members stay stopped.
+    pub fn cut(&mut self, members: &[usize], torn: Torn) -> Vec<PowerLossReport> {
+        for &i in members {
+            self.disks[i].power_cut();
+        }
+        for &i in members {
+            self.cluster.kill9(i);
+        }
+        let reports = members
+            .iter()
+            .map(|&i| {
+                self.disks[i]
+                    .restart(torn)
+                    .unwrap_or_else(|e| panic!("restart the disk of member {i}: {e}"))
+            })
+            .collect();
+        self.power_losses += members.len();
+        reports
+    }
+
+    /// A power loss of `members` ([`Rig::cut`]), then their restart; waits until
+    /// every member serves a linearizable read.
+    pub async fn power_loss(&mut self, members: &[usize], torn: Torn) -> Vec<PowerLossReport> {
+        let reports = self.cut(members, torn);
+        for &i in members {
+            self.cluster.start_member(i);
+        }
+        self.cluster.wait_ready_all().await;
+        reports
+    }
+}
