@@ -18,13 +18,21 @@ cluster: build
 	./deploy/local/three-nodes.sh
 
 ## Runs every test: unit, integration (real processes, etcd-client, etcdctl, etcd 3.4),
-## the simulation, the Docker tests (image, compose, chaos; skipped without Docker) and
-## the Helm chart rendered and validated, and the benchmark report's own scripts.
+## power losses and failing disks on real members (tests/crash, over crashfs; root and
+## /dev/fuse), the simulation, the Docker tests (image, compose, chaos; skipped without
+## Docker), the Helm chart rendered and validated, and the benchmark report's own
+## scripts. Every suite runs even after another failed (tests/run-all.sh).
 test: deps
-	cargo test --workspace --all-targets -- --test-threads=2
-	./tests/helm/run.sh
-	./tests/python/run.sh
-	python3 -m unittest discover -s deploy/bench -p '*_test.py'
+	./tests/run-all.sh
+
+.PHONY: crash-soak
+
+## The power-loss scenarios again and again (docs/durability.md): ROUNDS power losses
+## per scenario (default 100), each scenario on its own.
+ROUNDS ?= 100
+crash-soak: deps
+	cargo build --bin quantykube-planted --features planted-bugs
+	QK_CRASH_ROUNDS=$(ROUNDS) cargo test --test crash -- --test-threads=1 --nocapture
 
 ## fmt, clippy, and our own .proto files against the API style guide (tools/proto-lint;
 ## etcd's protos under proto/etcd are etcd's and exempt).

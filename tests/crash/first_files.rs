@@ -11,7 +11,7 @@ use std::time::Instant;
 use quantykube_crashfs::Torn;
 
 use crate::harness::{ClientTls, Target, START_TIMEOUT};
-use crate::rig::Rig;
+use crate::rig::{Rig, Server};
 
 /// fsyncs every directory under `root` (not the files): what a filesystem that commits
 /// its metadata on its own does (ext4's journal, every 5 s), whatever the files' data.
@@ -32,7 +32,7 @@ pub fn commit_metadata(root: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_with_auto_tls_starts_again_after_a_power_loss_right_after_its_first_start() {
-    let Some(mut rig) = Rig::start(1, |o| {
+    let Some(mut rig) = Rig::start(1, Server::Shipped, |o| {
         o.https_clients(ClientTls::insecure())
             .https_peers()
             .args(["--auto-tls", "--peer-auto-tls"])
@@ -70,7 +70,12 @@ async fn an_admin_snapshot_recorded_ready_keeps_its_file_through_a_power_loss() 
         eprintln!("etcd has no admin API: nothing to check");
         return;
     }
-    let Some(mut rig) = Rig::start(3, |o| o).await else {
+    admin_snapshot_survives(Server::Shipped).await;
+}
+
+/// The scenario of the test above, for `server`; panics with what it found.
+pub async fn admin_snapshot_survives(server: Server) {
+    let Some(mut rig) = Rig::start(3, server, |o| o).await else {
         return;
     };
     rig.cluster
@@ -79,11 +84,14 @@ async fn an_admin_snapshot_recorded_ready_keeps_its_file_through_a_power_loss() 
         .assert_success();
     let endpoint = rig.cluster.endpoint(0);
     let admin = |args: &[&str]| {
-        let out = Command::new(Target::Quantykube.require_binary())
-            .args(["admin", "--endpoints", &endpoint])
-            .args(args)
-            .output()
-            .expect("run quantykube admin");
+        let out = Command::new(match server {
+            Server::Shipped => Target::Quantykube.require_binary(),
+            Server::Planted(_) => crate::rig::planted_binary(),
+        })
+        .args(["admin", "--endpoints", &endpoint])
+        .args(args)
+        .output()
+        .expect("run quantykube admin");
         (
             out.status.success(),
             format!(

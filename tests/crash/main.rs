@@ -13,6 +13,7 @@
 mod harness;
 
 mod first_files;
+mod planted;
 mod power;
 mod restore;
 mod rig;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use quantykube_crashfs::Torn;
 
-use crate::rig::Rig;
+use crate::rig::{Rig, Server};
 use crate::traffic::{Record, Traffic};
 use crate::verdict;
 
@@ -17,7 +17,7 @@ const WRITERS: usize = 4;
 const WRITES_WITHIN: Duration = Duration::from_secs(90);
 
 /// Power losses per scenario: `QK_CRASH_ROUNDS`, else `default` (CI's bounded set).
-fn rounds(default: usize) -> usize {
+pub fn rounds(default: usize) -> usize {
     std::env::var("QK_CRASH_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
@@ -96,33 +96,35 @@ async fn last_round_and_verdict(rig: &Rig, record: &Record, round: usize, initia
     eprintln!("{} power losses: {checked:?}", rig.power_losses);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn all_members_lose_power_at_once_under_writes_watches_and_leases() {
-    let Some(mut rig) = Rig::start(3, |o| o).await else {
+/// All members lose power at one random instant under traffic, `rounds` times; then
+/// every check. Panics with what it found.
+pub async fn all_members_lose_power(server: Server, rounds: usize) {
+    let Some(mut rig) = Rig::start(3, server, |o| o).await else {
         return;
     };
     let mut choices = Choices::new("all_members_lose_power_at_once");
     let record = Record::new();
     let initial = revision(&rig).await;
     let everyone: Vec<usize> = (0..rig.cluster.size()).collect();
-    let rounds = rounds(3);
     for round in 0..rounds {
         let endpoints = rig.cluster.endpoints();
         let traffic = traffic_until_an_instant(&record, round, &endpoints, &mut choices).await;
         let torn = choices.torn();
         rig.cut(&everyone, torn);
         traffic.stop().await;
-        for &i in &everyone {
-            rig.cluster.start_member(i);
-        }
-        rig.cluster.wait_ready_all().await;
+        rig.cluster.start_all().await;
     }
     last_round_and_verdict(&rig, &record, rounds, initial).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_members_lose_power_at_once_under_writes_watches_and_leases() {
+    all_members_lose_power(Server::Shipped, rounds(3)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_member_loses_power_again_and_again_while_the_others_serve() {
-    let Some(mut rig) = Rig::start(3, |o| o).await else {
+    let Some(mut rig) = Rig::start(3, Server::Shipped, |o| o).await else {
         return;
     };
     let mut choices = Choices::new("one_member_loses_power_again_and_again");

@@ -6,8 +6,8 @@ use etcd_client::GetOptions;
 use quantykube_crashfs::Torn;
 
 use crate::first_files::commit_metadata;
-use crate::harness::{restore_command, run, Cluster, Target};
-use crate::rig::{self, Rig};
+use crate::harness::{run, Cluster, Target};
+use crate::rig::{self, Rig, Server};
 
 const KEYS: usize = 500;
 
@@ -15,11 +15,13 @@ const KEYS: usize = 500;
 /// the filesystem committed its metadata, as ext4's journal does, if
 /// `metadata_committed`), starts the member, and answers how many keys it serves and at
 /// which revision, with the snapshot's revision.
-async fn restore_then_power_loss(metadata_committed: bool) -> Option<(usize, i64, i64)> {
+async fn restore_then_power_loss(
+    server: Server,
+    metadata_committed: bool,
+) -> Option<(usize, i64, i64)> {
     if rig::unavailable().is_some() {
         return None;
     }
-    let target = Target::from_env();
     let source = Cluster::start(1).await;
     let mut client = source.client(0).await;
     let mut revision = 0;
@@ -38,8 +40,8 @@ async fn restore_then_power_loss(metadata_committed: bool) -> Option<(usize, i64
         .assert_success();
     drop(source);
 
-    let mut rig = Rig::start(1, |o| o.unstarted()).await?;
-    run(restore_command(target, &file, &rig.cluster.member_spec(0)));
+    let mut rig = Rig::start(1, server, |o| o.unstarted()).await?;
+    run(server.restore(&file, &rig.cluster.member_spec(0)));
     // The restore command has exited: what it wrote is what it made durable.
     if metadata_committed {
         commit_metadata(rig.disks[0].mountpoint());
@@ -63,7 +65,12 @@ async fn restore_then_power_loss(metadata_committed: bool) -> Option<(usize, i64
 /// before its restore synced the store lost every key and served revision 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restored_member_keeps_every_key_through_a_power_loss_after_the_restore() {
-    let Some((kept, served, revision)) = restore_then_power_loss(true).await else {
+    restored_keys_survive(Server::Shipped).await;
+}
+
+/// The scenario of the test above, for `server`; panics with what it found.
+pub async fn restored_keys_survive(server: Server) {
+    let Some((kept, served, revision)) = restore_then_power_loss(server, true).await else {
         return;
     };
     let target = Target::from_env();
@@ -85,7 +92,8 @@ async fn a_restored_member_keeps_every_key_through_a_power_loss_after_the_restor
 /// revision 1. QuantyKube's restore syncs every directory it makes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restored_member_keeps_every_key_even_if_no_name_the_restore_made_was_committed() {
-    let Some((kept, served, revision)) = restore_then_power_loss(false).await else {
+    let Some((kept, served, revision)) = restore_then_power_loss(Server::Shipped, false).await
+    else {
         return;
     };
     let target = Target::from_env();

@@ -8,10 +8,15 @@
 //! remounts, and the members start again on what is left. Logs stay outside the
 //! mounts.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
 use quantykube_crashfs::{CrashFs, Names, PowerLossReport, Torn};
 use tempfile::TempDir;
 
-use crate::harness::{Cluster, ClusterOptions, Target};
+use crate::harness::{
+    restore_command, with_restore_args, Cluster, ClusterOptions, MemberSpec, Target,
+};
 
 /// A cluster on crash filesystems. Fields drop in order: the members are killed before
 /// their filesystems unmount.
@@ -20,6 +25,53 @@ pub struct Rig {
     pub disks: Vec<CrashFs>,
     pub power_losses: usize,
     _dir: TempDir,
+}
+
+/// The server a scenario runs: the target as shipped, or QuantyKube's planted build
+/// with the bugs named (`QK_PLANTED_BUGS`) switched on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Server {
+    Shipped,
+    Planted(&'static str),
+}
+
+impl Server {
+    /// `options` running this server.
+    pub fn options(self, options: ClusterOptions) -> ClusterOptions {
+        match self {
+            Server::Shipped => options,
+            Server::Planted(bugs) => options
+                .target(Target::Quantykube)
+                .binary(planted_binary())
+                .env("QK_PLANTED_BUGS", bugs),
+        }
+    }
+
+    /// `snapshot restore` of `file` for `spec`, by this server (etcdctl's for etcd).
+    pub fn restore(self, file: &Path, spec: &MemberSpec) -> Command {
+        match self {
+            Server::Shipped => restore_command(Target::from_env(), file, spec),
+            Server::Planted(bugs) => {
+                let mut command = Command::new(planted_binary());
+                command.env("QK_PLANTED_BUGS", bugs);
+                with_restore_args(command, file, spec)
+            }
+        }
+    }
+}
+
+/// `quantykube-planted`, beside the `quantykube` binary the tests run.
+pub fn planted_binary() -> PathBuf {
+    let planted = Target::Quantykube
+        .require_binary()
+        .with_file_name("quantykube-planted");
+    assert!(
+        planted.is_file(),
+        "{} is missing: `cargo build --bin quantykube-planted --features planted-bugs` \
+         (make test does)",
+        planted.display()
+    );
+    planted
 }
 
 /// When the disks make creates, renames and unlinks durable: `QK_CRASH_NAMES`
@@ -50,10 +102,12 @@ pub fn unavailable() -> Option<String> {
 }
 
 impl Rig {
-    /// Starts `members` members, each on a fresh crash filesystem, with the options
-    /// `options` adds; `None` (test skipped) where crash filesystems cannot mount.
+    /// Starts `members` members of `server`, each on a fresh crash filesystem, with
+    /// the options `options` adds; `None` (test skipped) where crash filesystems cannot
+    /// mount.
     pub async fn start(
         members: usize,
+        server: Server,
         options: impl FnOnce(ClusterOptions) -> ClusterOptions,
     ) -> Option<Rig> {
         if unavailable().is_some() {
@@ -74,7 +128,7 @@ impl Rig {
             disk.set_names(names());
             disks.push(disk);
         }
-        let cluster = options(ClusterOptions::new(members).data_root(&data_root))
+        let cluster = options(server.options(ClusterOptions::new(members).data_root(&data_root)))
             .start()
             .await;
         Some(Rig {

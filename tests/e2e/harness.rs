@@ -149,6 +149,10 @@ pub struct ClusterOptions {
     /// Start the members (the default); without, [`Cluster::start_all`] does, after
     /// the caller prepared their data dirs.
     pub start: bool,
+    /// The server binary instead of the target's (e.g. `quantykube-planted`).
+    pub binary: Option<PathBuf>,
+    /// Environment variables every member gets.
+    pub env: Vec<(String, String)>,
 }
 
 /// The facts about one member that per-member flags are made of.
@@ -316,7 +320,21 @@ impl ClusterOptions {
             prepare: None,
             data_root: None,
             start: true,
+            binary: None,
+            env: Vec::new(),
         }
+    }
+
+    /// Runs `binary` as the server instead of the target's.
+    pub fn binary(mut self, binary: impl Into<PathBuf>) -> Self {
+        self.binary = Some(binary.into());
+        self
+    }
+
+    /// Gives every member the environment variable `name`.
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
     }
 
     /// Makes the cluster without starting its members (see [`Cluster::start_all`]).
@@ -462,6 +480,8 @@ pub struct Cluster {
     initial_cluster: String,
     /// See [`ClusterOptions::data_root`].
     data_root: Option<PathBuf>,
+    /// See [`ClusterOptions::env`].
+    env: Vec<(String, String)>,
 }
 
 /// The output of one etcdctl run.
@@ -500,7 +520,10 @@ impl Cluster {
     /// linearizable read.
     pub async fn start_with(options: ClusterOptions) -> Cluster {
         assert!(options.members >= 1, "a cluster needs at least one member");
-        let binary = options.target.require_binary();
+        let binary = options
+            .binary
+            .clone()
+            .unwrap_or_else(|| options.target.require_binary());
         let (ip, base_port, token) = allocate_addresses(options.members);
         let mut members = Vec::with_capacity(options.members);
         for i in 0..options.members {
@@ -547,6 +570,7 @@ impl Cluster {
             base_port,
             initial_cluster,
             data_root: options.data_root,
+            env: options.env,
         };
         if !options.start {
             return cluster;
@@ -913,6 +937,7 @@ impl Cluster {
             }
             cmd.args(&args);
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd.current_dir(m.dir.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log handle"))
@@ -1026,7 +1051,7 @@ pub fn run(mut command: Command) {
 /// The restore command of `target` for member `spec`: etcdctl's for etcd, QuantyKube's
 /// own (same flags) for QuantyKube.
 pub fn restore_command(target: Target, file: &Path, spec: &MemberSpec) -> Command {
-    let mut command = match target {
+    let command = match target {
         Target::Etcd => {
             let mut c = Command::new(etcdctl_binary());
             c.env("ETCDCTL_API", "3");
@@ -1034,6 +1059,12 @@ pub fn restore_command(target: Target, file: &Path, spec: &MemberSpec) -> Comman
         }
         Target::Quantykube => Command::new(target.require_binary()),
     };
+    with_restore_args(command, file, spec)
+}
+
+/// `command` (etcdctl, or a server binary) with `snapshot restore` of `file` for member
+/// `spec` and etcd's flags.
+pub fn with_restore_args(mut command: Command, file: &Path, spec: &MemberSpec) -> Command {
     command
         .arg("snapshot")
         .arg("restore")
