@@ -88,6 +88,11 @@ pub enum PlantedBug {
     /// `snapshot restore` closes the store it filled without syncing it: a power cut
     /// right after the restore leaves the restored member without its newest writes.
     RestoreWithoutSync,
+    /// A restarted member serves clients as soon as it finds its attributes published,
+    /// without first applying what was committed before it started: after a power cut
+    /// its store reopens behind, and it answers reads below revisions it answered
+    /// before.
+    ServesBeforeCatchingUp,
     /// A bug of the raft layer (`quantykube_raft::planted`).
     Raft(quantykube_raft::planted::RaftBug),
 }
@@ -106,7 +111,10 @@ pub fn plant(bug: PlantedBug) {
 
 /// The bugs a real process can be started with, by name (`QK_PLANTED_BUGS`): those
 /// whose check a crash test on real processes stands behind.
-const BY_NAME: &[(&str, PlantedBug)] = &[("RestoreWithoutSync", PlantedBug::RestoreWithoutSync)];
+const BY_NAME: &[(&str, PlantedBug)] = &[
+    ("RestoreWithoutSync", PlantedBug::RestoreWithoutSync),
+    ("ServesBeforeCatchingUp", PlantedBug::ServesBeforeCatchingUp),
+];
 
 /// Plants the bugs `QK_PLANTED_BUGS` names (comma-separated; the raft layer's by their
 /// own names), for `quantykube-planted`. A name may end in `@<member name>` to plant

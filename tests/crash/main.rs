@@ -15,6 +15,7 @@ mod harness;
 mod first_files;
 mod planted;
 mod power;
+mod reads;
 mod restore;
 mod rig;
 mod traffic;

@@ -12,7 +12,7 @@ use std::pin::Pin;
 
 use crate::harness::Target;
 use crate::rig::{self, Server};
-use crate::{first_files, power, restore};
+use crate::{first_files, power, reads, restore};
 
 type Scenario = fn(Server) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -38,6 +38,13 @@ const CASES: &[Case] = &[
                 into place",
         scenario: "a power loss right after a restore",
         run: |server| Box::pin(restore::restored_keys_survive(server)),
+    },
+    Case {
+        bug: "ServesBeforeCatchingUp",
+        guard: "a restarted member serves clients only once it has applied everything \
+                committed before it started",
+        scenario: "serializable reads right after all members lost power",
+        run: |server| Box::pin(reads::no_member_reads_lower_after_all_lose_power(server)),
     },
     Case {
         bug: "SkipDirectorySync",
