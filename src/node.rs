@@ -632,10 +632,20 @@ where
     // Like etcd, serve clients only once this member has published its name and client
     // URLs to the cluster, so that MemberList never shows a serving member as unstarted.
     tokio::pin!(shutdown);
+    // As etcd exits when it cannot write its WAL: a member whose raft stopped on a
+    // storage error (a full or failing disk) can serve nothing true, so it stops, and
+    // says why. It starts again once the disk is fixed.
+    let raft_stopped = raft_stopped(node.clone());
+    tokio::pin!(raft_stopped);
+    let mut storage_failure = None;
     let published = tokio::select! {
         () = &mut shutdown => false,
         Ok(_) = removed.wait_for(|removed| *removed) => false,
         () = node.clone().publish_attributes() => true,
+        fatal = &mut raft_stopped => {
+            storage_failure = Some(fatal);
+            false
+        }
     };
     let directory = tokio::spawn(follow_membership(node.clone()));
     let steward = {
@@ -734,6 +744,7 @@ where
             Some(result) = servers.join_next() => {
                 tracing::error!(?result, "a server stopped unexpectedly");
             }
+            fatal = &mut raft_stopped => storage_failure = Some(fatal),
         }
     }
     if *removed.borrow() {
@@ -760,7 +771,26 @@ where
         tracing::warn!(%error, "raft shutdown");
     }
     servers.shutdown().await;
-    Ok(())
+    match storage_failure {
+        Some(fatal) => Err(NodeError::Raft(format!(
+            "stopped: the raft log or the store could not be written or read ({fatal}); \
+             start the member again once its disk is fixed (see docs/durability.md)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Resolves with the reason once raft's core stops on its own: a storage error, from a
+/// full or failing disk. Checked once a second: the metrics that say so change at every
+/// write, and waking for each would cost every write.
+async fn raft_stopped(node: Arc<Node>) -> String {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if let Err(fatal) = &node.raft.metrics().borrow_watched().running_state {
+            return fatal.to_string();
+        }
+    }
 }
 
 /// Keeps the peer network's record of where each member listens in step with the

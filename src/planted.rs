@@ -93,6 +93,9 @@ pub enum PlantedBug {
     /// its store reopens behind, and it answers reads below revisions it answered
     /// before.
     ServesBeforeCatchingUp,
+    /// Raft snapshot transfer files are sent and installed without checking them
+    /// against their trailer: a damaged file is installed as it reads.
+    TransferFileUnchecked,
     /// A bug of the raft layer (`quantykube_raft::planted`).
     Raft(quantykube_raft::planted::RaftBug),
 }
@@ -114,6 +117,7 @@ pub fn plant(bug: PlantedBug) {
 const BY_NAME: &[(&str, PlantedBug)] = &[
     ("RestoreWithoutSync", PlantedBug::RestoreWithoutSync),
     ("ServesBeforeCatchingUp", PlantedBug::ServesBeforeCatchingUp),
+    ("TransferFileUnchecked", PlantedBug::TransferFileUnchecked),
 ];
 
 /// Plants the bugs `QK_PLANTED_BUGS` names (comma-separated; the raft layer's by their

@@ -53,7 +53,7 @@ pub use lease::LeaseRecord;
 pub use meta::{read_applied, read_member_attributes, read_removed_members, AppliedState};
 pub use range::in_range;
 pub use range_stream::{chunk_budget, RangeStream};
-pub use snapshot::{keep_received_snapshot, InstallUnderWay, SnapshotInfo};
+pub use snapshot::{keep_received_snapshot, verify_transfer_file, InstallUnderWay, SnapshotInfo};
 pub use write::{ApplyBatch, WriteOutcome};
 
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
@@ -299,5 +299,7 @@ mod compaction_tests;
 mod latest_tests;
 #[cfg(test)]
 mod member_tests;
+#[cfg(test)]
+mod snapshot_tests;
 #[cfg(test)]
 mod tests;

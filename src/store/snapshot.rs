@@ -11,12 +11,15 @@
 //!
 //! Only when raft asks for the current snapshot to send it to a follower behind the
 //! purged log is the store exported, as of that moment, to the transfer file
-//! `snapshot-<id>.snap`: the magic `QKSNAP01`, a length-prefixed JSON header (the raft
+//! `snapshot-<id>.snap`: the magic `QKSNAP02`, a length-prefixed JSON header (the raft
 //! snapshot meta: last log id and membership), then `(column family, key, value)`
-//! records and an end marker. A snapshot received from the leader is kept as such a
-//! file and installed record by record, so that neither side ever holds a snapshot
-//! whole in memory. This module owns that format and which snapshot is current; it
-//! never talks to the network.
+//! records, an end marker, and a trailer: the length of everything before it and its
+//! CRC-32C. A snapshot received from the leader is kept as such a file and installed
+//! record by record, so that neither side ever holds a snapshot whole in memory. A file
+//! is checked whole against its trailer before it is sent and before an install
+//! empties the store: a torn or damaged file is refused by name, never installed.
+//! (`QKSNAP01` files, from builds before the trailer, are read unchecked.) This module
+//! owns that format and which snapshot is current; it never talks to the network.
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
@@ -36,8 +39,13 @@ pub struct InstallUnderWay {
     path: PathBuf,
 }
 
-const MAGIC: &[u8; 8] = b"QKSNAP01";
+const MAGIC: &[u8; 8] = b"QKSNAP02";
+/// The format before the trailer.
+const MAGIC_UNCHECKED: &[u8; 8] = b"QKSNAP01";
 const END: u8 = 0xFF;
+/// The trailer: the length of what precedes it (u64) and its CRC-32C (u32), big-endian.
+const TRAILER_BYTES: u64 = 12;
+static CASTAGNOLI: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
 /// Column families carried, by their record tag (the tag is the index; new families go
 /// last, so that files written before them still read).
 const CARRIED: [&str; 5] = [CF_KV, CF_HISTORY, CF_META, CF_LATEST, CF_LEASE];
@@ -55,6 +63,26 @@ const OLD_CHECKPOINT_PREFIX: &str = "checkpoint-";
 pub struct SnapshotInfo {
     pub meta: SnapshotMeta,
     pub path: PathBuf,
+}
+
+/// A writer that keeps the length and CRC-32C of what went through it.
+struct Summed<W> {
+    out: W,
+    digest: crc::Digest<'static, u32>,
+    len: u64,
+}
+
+impl<W: Write> Write for Summed<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let n = self.out.write(bytes)?;
+        self.digest.update(&bytes[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 fn write_chunk(out: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
@@ -128,7 +156,15 @@ impl RevisionStore {
         let newest_file = newest_transfer_file(dir)?;
         if export {
             return match newest_file {
-                Some(file) => Ok(Some(file)),
+                Some(file) => match verify_transfer_file(&file.path) {
+                    Ok(()) => Ok(Some(file)),
+                    // Never sent damaged: exported afresh instead.
+                    Err(error) => {
+                        tracing::error!(%error, "removing a damaged snapshot file");
+                        durable::remove_file(&file.path)?;
+                        self.export_snapshot(dir)
+                    }
+                },
                 None => self.export_snapshot(dir),
             };
         }
@@ -182,7 +218,11 @@ impl RevisionStore {
             return Ok(None);
         }
         let staging = dir.join(EXPORT_STAGING);
-        let mut out = BufWriter::new(File::create(&staging)?);
+        let mut out = Summed {
+            out: BufWriter::new(File::create(&staging)?),
+            digest: CASTAGNOLI.digest(),
+            len: 0,
+        };
         out.write_all(MAGIC)?;
         let header = serde_json::to_vec(&meta).map_err(|e| StoreError::corrupt(e.to_string()))?;
         write_chunk(&mut out, &header)?;
@@ -200,7 +240,14 @@ impl RevisionStore {
             }
         }
         out.write_all(&[END])?;
-        let file = out.into_inner().map_err(|e| e.into_error())?;
+        let Summed {
+            out: mut file,
+            digest,
+            len,
+        } = out;
+        file.write_all(&len.to_be_bytes())?;
+        file.write_all(&digest.finalize().to_be_bytes())?;
+        let file = file.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         let path = transfer_file(dir, &meta);
         durable::rename(&staging, &path)?;
@@ -223,6 +270,8 @@ impl RevisionStore {
     /// header, then forgets the applied log id and empties the store. Only a planted
     /// condition of the simulation lets anything run between the halves.
     pub fn begin_install(&self, path: &Path) -> Result<InstallUnderWay, StoreError> {
+        // Before anything goes: a damaged file must leave the store as it is.
+        verify_transfer_file(path)?;
         let mut input = BufReader::new(File::open(path)?);
         let meta = read_header(&mut input)?;
         // A compaction pass under way was for the store about to go.
@@ -309,10 +358,69 @@ pub fn read_snapshot_meta(path: &Path) -> Result<SnapshotMeta, StoreError> {
     read_header(&mut BufReader::new(File::open(path)?))
 }
 
+/// Checks the transfer file `path` whole against its trailer; an error names the file.
+pub fn verify_transfer_file(path: &Path) -> Result<(), StoreError> {
+    if crate::planted_bug!(TransferFileUnchecked) {
+        return Ok(());
+    }
+    let damaged = |what: String| {
+        StoreError::corrupt(format!(
+            "snapshot file {} is damaged ({what}): refusing it",
+            path.display()
+        ))
+    };
+    let mut input = BufReader::new(File::open(path)?);
+    let mut magic = [0u8; 8];
+    input
+        .read_exact(&mut magic)
+        .map_err(|e| damaged(e.to_string()))?;
+    if &magic == MAGIC_UNCHECKED {
+        return Ok(());
+    }
+    if &magic != MAGIC {
+        return Err(damaged("not a QuantyKube snapshot".into()));
+    }
+    let size = std::fs::metadata(path)?.len();
+    let Some(body) = size.checked_sub(TRAILER_BYTES) else {
+        return Err(damaged(format!("{size} bytes, too short for its trailer")));
+    };
+    let mut digest = CASTAGNOLI.digest();
+    digest.update(MAGIC);
+    let mut left = body.saturating_sub(MAGIC.len() as u64);
+    let mut buf = vec![0u8; 1 << 16];
+    while left > 0 {
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        input
+            .read_exact(&mut buf[..want])
+            .map_err(|e| damaged(e.to_string()))?;
+        digest.update(&buf[..want]);
+        left -= want as u64;
+    }
+    let mut trailer = [0u8; TRAILER_BYTES as usize];
+    input
+        .read_exact(&mut trailer)
+        .map_err(|e| damaged(e.to_string()))?;
+    let (len, crc) = trailer.split_at(8);
+    let len = u64::from_be_bytes(len.try_into().unwrap_or_default());
+    let crc = u32::from_be_bytes(crc.try_into().unwrap_or_default());
+    if len != body {
+        return Err(damaged(format!(
+            "its trailer says {len} bytes precede it, {body} do"
+        )));
+    }
+    let actual = digest.finalize();
+    if actual != crc {
+        return Err(damaged(format!(
+            "CRC-32C {actual:08x}, its trailer says {crc:08x}"
+        )));
+    }
+    Ok(())
+}
+
 fn read_header(input: &mut impl Read) -> Result<SnapshotMeta, StoreError> {
     let mut magic = [0u8; 8];
     input.read_exact(&mut magic)?;
-    if &magic != MAGIC {
+    if &magic != MAGIC && &magic != MAGIC_UNCHECKED {
         return Err(StoreError::corrupt("not a QuantyKube snapshot"));
     }
     let header = read_chunk(input)?;

@@ -12,11 +12,13 @@
 #[path = "../e2e/harness.rs"]
 mod harness;
 
+mod disks;
 mod first_files;
 mod planted;
 mod power;
 mod reads;
 mod restore;
 mod rig;
+mod snapshot_files;
 mod traffic;
 mod verdict;

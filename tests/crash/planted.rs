@@ -12,7 +12,7 @@ use std::pin::Pin;
 
 use crate::harness::Target;
 use crate::rig::{self, Server};
-use crate::{first_files, power, reads, restore};
+use crate::{first_files, power, reads, restore, snapshot_files};
 
 type Scenario = fn(Server) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -45,6 +45,13 @@ const CASES: &[Case] = &[
                 committed before it started",
         scenario: "serializable reads right after all members lost power",
         run: |server| Box::pin(reads::no_member_reads_lower_after_all_lose_power(server)),
+    },
+    Case {
+        bug: "TransferFileUnchecked",
+        guard: "a raft snapshot transfer file is checked against its trailer (length, \
+                CRC-32C) before it is sent and before an install empties the store",
+        scenario: "a lagging member whose disk reads its received snapshot back damaged",
+        run: |server| Box::pin(snapshot_files::damaged_snapshot_never_installed(server)),
     },
     Case {
         bug: "SkipDirectorySync",

@@ -40,10 +40,14 @@ async fn serializable_revision(endpoint: &str) -> Option<i64> {
 
 /// Cuts the power of `victims` under traffic, restarts them, and answers, for each,
 /// the revision it served last before the cut and the first it served after.
-async fn first_reads_after_power_loss(rig: &mut Rig, victims: &[usize]) -> Vec<(usize, i64, i64)> {
+async fn first_reads_after_power_loss(
+    rig: &mut Rig,
+    victims: &[usize],
+    round: usize,
+) -> Vec<(usize, i64, i64)> {
     let mut choices = Choices::new("first_reads_after_power_loss");
     let record = Record::new();
-    let traffic = Traffic::start(&record, &rig.cluster.endpoints(), 0, 4);
+    let traffic = Traffic::start(&record, &rig.cluster.endpoints(), round, 4);
     traffic.wait_for_writes(200, Duration::from_secs(90)).await;
     tokio::time::sleep(Duration::from_millis(choices.below(500))).await;
     let mut before = Vec::new();
@@ -96,7 +100,7 @@ async fn a_follower_never_answers_below_a_revision_it_answered_before_a_power_lo
     };
     let leader = rig.cluster.leader_index().await;
     let follower = (leader + 1) % 3;
-    let reads = first_reads_after_power_loss(&mut rig, &[follower]).await;
+    let reads = first_reads_after_power_loss(&mut rig, &[follower], 0).await;
     eprintln!("(member, before, first after): {reads:?}");
     assert_never_lower(&reads);
 }
@@ -111,7 +115,11 @@ pub async fn no_member_reads_lower_after_all_lose_power(server: Server) {
     let Some(mut rig) = Rig::start(3, server, syncing_stores).await else {
         return;
     };
-    let reads = first_reads_after_power_loss(&mut rig, &[0, 1, 2]).await;
-    eprintln!("(member, before, first after): {reads:?}");
-    assert_never_lower(&reads);
+    // Three cuts: a cut right after the stores synced (a raft snapshot) loses nothing,
+    // and could hide a member that serves too early.
+    for round in 0..3 {
+        let reads = first_reads_after_power_loss(&mut rig, &[0, 1, 2], round).await;
+        eprintln!("(member, before, first after): {reads:?}");
+        assert_never_lower(&reads);
+    }
 }

@@ -53,7 +53,8 @@ impl Record {
         }
     }
 
-    fn now(&self) -> Duration {
+    /// The test's clock, as the history's times read it.
+    pub fn now(&self) -> Duration {
         self.clock.elapsed()
     }
 

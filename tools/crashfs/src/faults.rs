@@ -74,10 +74,19 @@ pub struct Stall {
     pub delay: Duration,
 }
 
+/// Reads of chosen files that return one byte with its low bit flipped, as a disk that
+/// damaged a sector returns it: the byte `from_end` bytes before the file's end.
+#[derive(Clone, Debug)]
+pub struct Flip {
+    pub files: FileMatch,
+    pub from_end: u64,
+}
+
 /// Every fault in force.
 #[derive(Clone, Debug, Default)]
 pub struct Faults {
     pub errors: Vec<ErrorRule>,
+    pub flips: Vec<Flip>,
     /// Bytes that writes may still add past files' ends before they fail with
     /// ENOSPC; `None`: as much as the backing disk has. Freeing space does not add
     /// to it: a test gives space back by setting it again.
@@ -109,6 +118,15 @@ impl Faults {
             }
             Some(_) => false,
         }
+    }
+
+    /// The offset from the file's end of the byte a read of `path` returns flipped.
+    pub fn flip_for(&self, path: Option<&Path>) -> Option<u64> {
+        let path = path?;
+        self.flips
+            .iter()
+            .find(|f| f.files.matches(path))
+            .map(|f| f.from_end)
     }
 
     /// How long a sync of `path` stalls.

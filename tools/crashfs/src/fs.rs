@@ -332,10 +332,16 @@ impl CrashFilesystem {
 
     fn read_data(&self, fh: FileHandle, offset: u64, size: u32) -> Result<Vec<u8>> {
         let handle = self.handle(fh)?;
-        {
+        let flip = {
             let mut state = self.state()?;
             self.fault(&mut state, Op::Read, handle.ino)?;
-        }
+            if state.faults.flips.is_empty() {
+                None
+            } else {
+                let path = state.model.visible_path(handle.ino);
+                state.faults.flip_for(path.as_deref())
+            }
+        };
         let file = handle.file.as_ref().ok_or(Errno::EISDIR)?;
         let mut buf = vec![0; size as usize];
         let mut done = 0;
@@ -349,6 +355,15 @@ impl CrashFilesystem {
             }
         }
         buf.truncate(done);
+        if let Some(from_end) = flip {
+            let len = file.metadata().map_err(errno)?.len();
+            if let Some(at) = len.checked_sub(from_end + 1) {
+                if (offset..offset + done as u64).contains(&at) {
+                    buf[(at - offset) as usize] ^= 0x01;
+                    self.shared.lock().stats.faults_injected += 1;
+                }
+            }
+        }
         Ok(buf)
     }
 

@@ -36,7 +36,7 @@ mod faults;
 mod fs;
 mod model;
 
-pub use faults::{ErrorRule, Faults, FileMatch, Op, Stall};
+pub use faults::{ErrorRule, Faults, FileMatch, Flip, Op, Stall};
 pub use fs::{Names, Stats};
 pub use model::{PowerLossReport, PAGE};
 

@@ -413,3 +413,25 @@ fn with_journaled_names_any_sync_makes_every_earlier_name_change_durable() {
     assert_eq!(read(&m.path("data/unsynced")).as_deref(), Some(&b""[..]));
     assert_eq!(read(&m.path("data/after")), None);
 }
+
+#[test]
+fn a_flipped_byte_is_read_where_it_was_asked_and_nowhere_else() {
+    let Some(m) = mount() else { return };
+    let data: Vec<u8> = (0..3 * PAGE).map(|i| (i % 200) as u8).collect();
+    write_durably(&m, "snap", &data);
+    write_durably(&m, "other", &data);
+    m.fs.set_faults(|f| {
+        f.flips.push(quantykube_crashfs::Flip {
+            files: FileMatch::under("snap"),
+            from_end: 10,
+        })
+    });
+    let read_back = read(&m.path("snap")).unwrap();
+    let at = data.len() - 11;
+    assert_eq!(read_back[at], data[at] ^ 0x01);
+    assert_eq!(read_back[..at], data[..at]);
+    assert_eq!(read_back[at + 1..], data[at + 1..]);
+    assert_eq!(read(&m.path("other")), Some(data.clone()));
+    m.fs.clear_faults();
+    assert_eq!(read(&m.path("snap")), Some(data));
+}
