@@ -13,6 +13,7 @@
 mod harness;
 
 mod disks;
+mod during;
 mod first_files;
 mod planted;
 mod power;

@@ -24,7 +24,8 @@ pub struct Rig {
     pub cluster: Cluster,
     pub disks: Vec<CrashFs>,
     pub power_losses: usize,
-    _dir: TempDir,
+    data_root: PathBuf,
+    dir: TempDir,
 }
 
 /// The server a scenario runs: the target as shipped, or QuantyKube's planted build
@@ -89,6 +90,18 @@ pub fn names() -> Names {
     }
 }
 
+/// Member `i`'s disk: a crash filesystem at `<data_root>/m<i>` (its data dir is `data`
+/// inside), kept in `<work>/disk<i>`.
+fn mount_disk(work: &Path, data_root: &Path, i: usize) -> CrashFs {
+    let disk = CrashFs::mount(
+        work.join(format!("disk{i}")),
+        data_root.join(format!("m{i}")),
+    )
+    .unwrap_or_else(|e| panic!("mount the crash filesystem of member {i}: {e}"));
+    disk.set_names(names());
+    disk
+}
+
 /// The reason the crash tests cannot run here, after printing it; under CI (where the
 /// machine has FUSE and root) a panic instead.
 pub fn unavailable() -> Option<String> {
@@ -118,16 +131,9 @@ impl Rig {
             .tempdir()
             .expect("tempdir");
         let data_root = dir.path().join("data");
-        let mut disks = Vec::with_capacity(members);
-        for i in 0..members {
-            let disk = CrashFs::mount(
-                dir.path().join(format!("disk{i}")),
-                data_root.join(format!("m{i}")),
-            )
-            .unwrap_or_else(|e| panic!("mount the crash filesystem of member {i}: {e}"));
-            disk.set_names(names());
-            disks.push(disk);
-        }
+        let disks = (0..members)
+            .map(|i| mount_disk(dir.path(), &data_root, i))
+            .collect();
         let cluster = options(server.options(ClusterOptions::new(members).data_root(&data_root)))
             .start()
             .await;
@@ -135,8 +141,16 @@ impl Rig {
             cluster,
             disks,
             power_losses: 0,
-            _dir: dir,
+            data_root,
+            dir,
         })
+    }
+
+    /// Mounts the disk of member `i`, the next to join, before it starts.
+    pub fn mount_disk(&mut self, i: usize) {
+        assert_eq!(i, self.disks.len(), "disks are mounted in members' order");
+        self.disks
+            .push(mount_disk(self.dir.path(), &self.data_root, i));
     }
 
     /// Cuts the power of `members` at one instant, kills them, and brings their disks
