@@ -781,15 +781,16 @@ where
 }
 
 /// Resolves with the reason once raft's core stops on its own: a storage error, from a
-/// full or failing disk. Checked once a second: the metrics that say so change at every
-/// write, and waking for each would cost every write.
+/// full or failing disk. The core owns the senders of its metrics: when it ends they
+/// close, after it published why. Waits on the server metrics, which change only with
+/// the vote, the leader or the membership (the full metrics change at every write).
 async fn raft_stopped(node: Arc<Node>) -> String {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        if let Err(fatal) = &node.raft.metrics().borrow_watched().running_state {
-            return fatal.to_string();
-        }
+    let mut server = node.raft.server_metrics();
+    while server.changed().await.is_ok() {}
+    match &node.raft.metrics().borrow_watched().running_state {
+        Err(fatal) if !matches!(fatal, openraft::error::Fatal::Stopped) => fatal.to_string(),
+        // Stopped on purpose (the member is shutting down): nothing to report.
+        _ => std::future::pending().await,
     }
 }
 

@@ -13,7 +13,7 @@ use etcd_client::{Client, CompactionOptions};
 use quantykube_crashfs::{CrashFs, Torn};
 
 use crate::harness::{etcdctl_binary, Target};
-use crate::power::{rounds, Choices};
+use crate::power::{rounds, Choices, Segments};
 use crate::rig::{self, Rig, Server};
 use crate::traffic::{Record, Traffic};
 use crate::verdict;
@@ -66,13 +66,12 @@ async fn all_members_lose_power_during_compactions_defragments_and_snapshot_buil
         return;
     };
     let mut choices = Choices::new("during_compactions");
-    let record = Record::new();
-    let initial = revision(&rig).await;
+    let mut segments = Segments::start(&rig).await;
     let everyone: Vec<usize> = (0..3).collect();
     let rounds = rounds(3);
     let mut maintenance = 0;
     for round in 0..rounds {
-        let traffic = Traffic::start(&record, &rig.cluster.endpoints(), round, 4);
+        let traffic = Traffic::start(&segments.record, &rig.cluster.endpoints(), round, 4);
         traffic.wait_for_writes(100, WRITES_WITHIN).await;
         let stop = Arc::new(AtomicBool::new(false));
         let work = tokio::spawn(compact_and_defragment(
@@ -86,9 +85,10 @@ async fn all_members_lose_power_during_compactions_defragments_and_snapshot_buil
         traffic.stop().await;
         maintenance += work.await.unwrap_or_default();
         rig.cluster.start_all().await;
+        segments.round_done(&rig).await;
     }
     eprintln!("{maintenance} compaction and defragment rounds");
-    last_round_and_verdict(&rig, &record, rounds, initial).await;
+    segments.finish(&rig).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,8 +99,7 @@ async fn a_lagging_member_loses_power_while_it_receives_and_installs_a_snapshot(
         return;
     };
     let mut choices = Choices::new("during_snapshot_install");
-    let record = Record::new();
-    let initial = revision(&rig).await;
+    let mut segments = Segments::start(&rig).await;
     let rounds = rounds(3);
     for round in 0..rounds {
         let leader = rig.cluster.leader_index().await;
@@ -110,7 +109,7 @@ async fn a_lagging_member_loses_power_while_it_receives_and_installs_a_snapshot(
             .filter(|&i| i != lagger)
             .map(|i| rig.cluster.endpoint(i))
             .collect();
-        let traffic = Traffic::start(&record, &others, round, 4);
+        let traffic = Traffic::start(&segments.record, &others, round, 4);
         // Far more than the 100 entries a member keeps: the lagger needs a snapshot.
         traffic.wait_for_writes(400, WRITES_WITHIN).await;
         rig.cluster.start_member(lagger);
@@ -118,8 +117,9 @@ async fn a_lagging_member_loses_power_while_it_receives_and_installs_a_snapshot(
         let torn = choices.torn();
         rig.power_loss(&[lagger], torn).await;
         traffic.stop().await;
+        segments.round_done(&rig).await;
     }
-    last_round_and_verdict(&rig, &record, rounds, initial).await;
+    segments.finish(&rig).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,6 +18,7 @@ mod first_files;
 mod planted;
 mod power;
 mod reads;
+mod recovery;
 mod restore;
 mod rig;
 mod snapshot_files;

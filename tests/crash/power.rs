@@ -86,6 +86,55 @@ async fn traffic_until_an_instant(
     traffic
 }
 
+/// Power losses judged together: the linearizability search grows with the writes of
+/// unknown outcome in one history, and a soak of hundreds of power losses would be one
+/// search. Each segment records afresh from the store's revision at its start; keys are
+/// unique per round, so no segment writes another's keys.
+pub const SEGMENT: usize = 10;
+
+/// The record of the current segment, judged every [`SEGMENT`] rounds.
+pub struct Segments {
+    pub record: Record,
+    initial: i64,
+    rounds: usize,
+    judged: usize,
+}
+
+impl Segments {
+    pub async fn start(rig: &Rig) -> Self {
+        Segments {
+            record: Record::new(),
+            initial: revision(rig).await,
+            rounds: 0,
+            judged: 0,
+        }
+    }
+
+    /// Counts a round; judges the segment once it is whole and starts the next.
+    pub async fn round_done(&mut self, rig: &Rig) {
+        self.rounds += 1;
+        if self.rounds % SEGMENT == 0 {
+            self.judge(rig).await;
+            self.record = Record::new();
+            self.initial = revision(rig).await;
+        }
+    }
+
+    /// Judges what is left (after the last round).
+    pub async fn finish(mut self, rig: &Rig) {
+        if self.rounds % SEGMENT != 0 || self.rounds == 0 {
+            self.judge(rig).await;
+        }
+    }
+
+    async fn judge(&mut self, rig: &Rig) {
+        self.judged += 1;
+        // Round numbers of their own, for the keys of the judging rounds.
+        let round = 1_000_000 + self.judged;
+        last_round_and_verdict(rig, &self.record, round, self.initial).await;
+    }
+}
+
 /// A last round after the power losses, whose reads of earlier keys the verdict
 /// judges too, then every check.
 async fn last_round_and_verdict(rig: &Rig, record: &Record, round: usize, initial: i64) {
@@ -103,18 +152,19 @@ pub async fn all_members_lose_power(server: Server, rounds: usize) {
         return;
     };
     let mut choices = Choices::new("all_members_lose_power_at_once");
-    let record = Record::new();
-    let initial = revision(&rig).await;
+    let mut segments = Segments::start(&rig).await;
     let everyone: Vec<usize> = (0..rig.cluster.size()).collect();
     for round in 0..rounds {
         let endpoints = rig.cluster.endpoints();
-        let traffic = traffic_until_an_instant(&record, round, &endpoints, &mut choices).await;
+        let traffic =
+            traffic_until_an_instant(&segments.record, round, &endpoints, &mut choices).await;
         let torn = choices.torn();
         rig.cut(&everyone, torn);
         traffic.stop().await;
         rig.cluster.start_all().await;
+        segments.round_done(&rig).await;
     }
-    last_round_and_verdict(&rig, &record, rounds, initial).await;
+    segments.finish(&rig).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,8 +178,7 @@ async fn one_member_loses_power_again_and_again_while_the_others_serve() {
         return;
     };
     let mut choices = Choices::new("one_member_loses_power_again_and_again");
-    let record = Record::new();
-    let initial = revision(&rig).await;
+    let mut segments = Segments::start(&rig).await;
     let rounds = rounds(3);
     for round in 0..rounds {
         // The leader half the time, else a follower.
@@ -143,10 +192,12 @@ async fn one_member_loses_power_again_and_again_while_the_others_serve() {
             .filter(|&i| i != victim)
             .map(|i| rig.cluster.endpoint(i))
             .collect();
-        let traffic = traffic_until_an_instant(&record, round, &others, &mut choices).await;
+        let traffic =
+            traffic_until_an_instant(&segments.record, round, &others, &mut choices).await;
         let torn = choices.torn();
         rig.power_loss(&[victim], torn).await;
         traffic.stop().await;
+        segments.round_done(&rig).await;
     }
-    last_round_and_verdict(&rig, &record, rounds, initial).await;
+    segments.finish(&rig).await;
 }
