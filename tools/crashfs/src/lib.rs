@@ -211,7 +211,13 @@ impl CrashFs {
             self.session = Some(session);
             return Err(error);
         }
-        session.join()
+        // Unmounted. The session's loops end as they read the closed connection: with
+        // ENODEV, or with ECONNABORTED when the kernel aborted requests still queued,
+        // which is the same ending.
+        match session.join() {
+            Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
+            other => other,
+        }
     }
 
     /// Makes everything durable, as `sync` and an fsync of every directory would.
