@@ -51,18 +51,12 @@ fn log_of(cluster: &Cluster, i: usize) -> String {
     std::fs::read_to_string(cluster.log_path(i)).unwrap_or_default()
 }
 
-async fn current_revision(cluster: &Cluster, i: usize) -> i64 {
-    let mut client = cluster.client(i).await;
-    let got = client.get("any", None).await.expect("read");
-    got.header().map(|h| h.revision()).unwrap_or_default()
-}
-
 async fn disk_fills_up(role: Role) {
     let Some(mut rig) = Rig::start(3, Server::Shipped, |o| o).await else {
         return;
     };
     let record = Record::new();
-    let initial = current_revision(&rig.cluster, 0).await;
+    let initial = rig.revision().await;
     let victim = pick(&rig.cluster, role).await;
     let traffic = Traffic::start(&record, &endpoints_but(&rig.cluster, victim), 0, 4);
     traffic.wait_for_writes(50, Duration::from_secs(90)).await;
@@ -89,21 +83,13 @@ async fn disk_fills_up(role: Role) {
     rig.cluster.start_member(victim);
     rig.cluster.wait_ready_all().await;
     traffic.stop().await;
-    last_round_and_verdict(&rig, &record, initial).await;
+    verdict::judge(&rig, &record, 9, initial).await;
     eprintln!("member {victim} ({role:?}) stopped on a full disk: {exited:?}");
 }
 
 fn tail_of(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
-}
-
-async fn last_round_and_verdict(rig: &Rig, record: &Record, initial: i64) {
-    let traffic = Traffic::start(record, &rig.cluster.endpoints(), 9, 4);
-    traffic.wait_for_writes(40, Duration::from_secs(90)).await;
-    traffic.stop().await;
-    let checked = verdict::check(&rig.cluster, record, initial).await;
-    eprintln!("{checked:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +108,7 @@ async fn a_member_whose_store_files_fail_to_read_never_answers_with_what_it_coul
         return;
     };
     let record = Record::new();
-    let initial = current_revision(&rig.cluster, 0).await;
+    let initial = rig.revision().await;
     let victim = pick(&rig.cluster, Role::Follower).await;
     let traffic = Traffic::start(&record, &rig.cluster.endpoints(), 0, 4);
     traffic.wait_for_writes(300, Duration::from_secs(90)).await;
@@ -203,7 +189,7 @@ async fn a_member_whose_store_files_fail_to_read_never_answers_with_what_it_coul
     }
     rig.cluster.start_member(victim);
     rig.cluster.wait_ready_all().await;
-    last_round_and_verdict(&rig, &record, initial).await;
+    verdict::judge(&rig, &record, 9, initial).await;
 }
 
 async fn syncs_stall(role: Role) {
@@ -213,7 +199,7 @@ async fn syncs_stall(role: Role) {
     let mut choices = Choices::new("syncs_stall");
     let stall = Duration::from_millis(2000 + choices.below(8000));
     let record = Record::new();
-    let initial = current_revision(&rig.cluster, 0).await;
+    let initial = rig.revision().await;
     let victim = pick(&rig.cluster, role).await;
     let term_before = term(&rig.cluster, victim).await;
     let traffic = Traffic::start(&record, &rig.cluster.endpoints(), 0, 4);
@@ -268,7 +254,7 @@ async fn syncs_stall(role: Role) {
         "an election storm followed a {stall:?} stall of the {role:?}'s syncs: term \
          {term_before} -> {term_after}"
     );
-    last_round_and_verdict(&rig, &record, initial).await;
+    verdict::judge(&rig, &record, 9, initial).await;
 }
 
 async fn term(cluster: &Cluster, i: usize) -> u64 {

@@ -20,20 +20,6 @@ use crate::verdict;
 
 const WRITES_WITHIN: Duration = Duration::from_secs(90);
 
-async fn revision(rig: &Rig) -> i64 {
-    let mut client = rig.cluster.client(0).await;
-    let got = client.get("any", None).await.expect("read the revision");
-    got.header().map(|h| h.revision()).unwrap_or_default()
-}
-
-async fn last_round_and_verdict(rig: &Rig, record: &Record, round: usize, initial: i64) {
-    let traffic = Traffic::start(record, &rig.cluster.endpoints(), round, 4);
-    traffic.wait_for_writes(40, WRITES_WITHIN).await;
-    traffic.stop().await;
-    let checked = verdict::check(&rig.cluster, record, initial).await;
-    eprintln!("{} power losses: {checked:?}", rig.power_losses);
-}
-
 /// Compacts (physically) a little below the current revision and defragments every
 /// member, again and again, until `stop`.
 async fn compact_and_defragment(endpoints: Vec<String>, stop: Arc<AtomicBool>) -> usize {
@@ -131,7 +117,7 @@ async fn a_joining_member_loses_power_while_it_catches_up() {
     };
     let mut choices = Choices::new("during_join");
     let record = Record::new();
-    let initial = revision(&rig).await;
+    let initial = rig.revision().await;
     let traffic = Traffic::start(&record, &rig.cluster.endpoints(), 0, 4);
     traffic.wait_for_writes(300, WRITES_WITHIN).await;
     rig.mount_disk(3);
@@ -146,7 +132,7 @@ async fn a_joining_member_loses_power_while_it_catches_up() {
     let torn = choices.torn();
     rig.power_loss(&[0, 1, 2, 3], torn).await;
     traffic.stop().await;
-    last_round_and_verdict(&rig, &record, 1, initial).await;
+    verdict::judge(&rig, &record, 1, initial).await;
 }
 
 /// A disk of the machine that runs `snapshot save`, on its own crash filesystem.

@@ -65,13 +65,6 @@ impl Choices {
     }
 }
 
-/// The store's revision now, as member 0 reports it.
-async fn revision(rig: &Rig) -> i64 {
-    let mut client = rig.cluster.client(0).await;
-    let got = client.get("any", None).await.expect("read the revision");
-    got.header().map(|h| h.revision()).unwrap_or_default()
-}
-
 /// A round of traffic that gets some writes acknowledged, then runs on for a random
 /// instant before returning (still running).
 async fn traffic_until_an_instant(
@@ -104,7 +97,7 @@ impl Segments {
     pub async fn start(rig: &Rig) -> Self {
         Segments {
             record: Record::new(),
-            initial: revision(rig).await,
+            initial: rig.revision().await,
             rounds: 0,
             judged: 0,
         }
@@ -116,7 +109,7 @@ impl Segments {
         if self.rounds % SEGMENT == 0 {
             self.judge(rig).await;
             self.record = Record::new();
-            self.initial = revision(rig).await;
+            self.initial = rig.revision().await;
         }
     }
 
@@ -131,18 +124,8 @@ impl Segments {
         self.judged += 1;
         // Round numbers of their own, for the keys of the judging rounds.
         let round = 1_000_000 + self.judged;
-        last_round_and_verdict(rig, &self.record, round, self.initial).await;
+        verdict::judge(rig, &self.record, round, self.initial).await;
     }
-}
-
-/// A last round after the power losses, whose reads of earlier keys the verdict
-/// judges too, then every check.
-async fn last_round_and_verdict(rig: &Rig, record: &Record, round: usize, initial: i64) {
-    let traffic = Traffic::start(record, &rig.cluster.endpoints(), round, WRITERS);
-    traffic.wait_for_writes(40, WRITES_WITHIN).await;
-    traffic.stop().await;
-    let checked = verdict::check(&rig.cluster, record, initial).await;
-    eprintln!("{} power losses: {checked:?}", rig.power_losses);
 }
 
 /// All members lose power at one random instant under traffic, `rounds` times; then

@@ -224,21 +224,33 @@ impl Clients {
         let options = lease.map(|id| PutOptions::new().with_lease(id));
         let invoked = self.record.now();
         let answer = tokio::time::timeout(OP_TIMEOUT, client.put(key, value, options)).await;
-        match answer {
-            Ok(Ok(put)) => {
-                let (revision, member) = header(put.header());
-                self.record(op, invoked, Outcome::Written { revision }, Some(member));
-                false
+        self.settle(op, invoked, answer, |put| {
+            let (revision, member) = header(put.header());
+            (Outcome::Written { revision }, member)
+        })
+        .is_none()
+    }
+
+    /// Records `op`'s answer, which `settled` turns into its outcome and the member that
+    /// gave it; an error, or no answer within [`OP_TIMEOUT`], is an unknown outcome
+    /// (`None`).
+    fn settle<T>(
+        &self,
+        op: Op,
+        invoked: Duration,
+        answer: Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed>,
+        settled: impl FnOnce(&T) -> (Outcome, u64),
+    ) -> Option<T> {
+        let (outcome, member, reply) = match answer {
+            Ok(Ok(reply)) => {
+                let (outcome, member) = settled(&reply);
+                (outcome, Some(member), Some(reply))
             }
-            Ok(Err(e)) => {
-                self.record(op, invoked, Outcome::Unknown(e.to_string()), None);
-                true
-            }
-            Err(_) => {
-                self.record(op, invoked, Outcome::Unknown("timeout".into()), None);
-                true
-            }
-        }
+            Ok(Err(e)) => (Outcome::Unknown(e.to_string()), None, None),
+            Err(_) => (Outcome::Unknown("timeout".into()), None, None),
+        };
+        self.record(op, invoked, outcome, member);
+        reply
     }
 
     /// A linearizable Get; true if it got no answer.
@@ -249,28 +261,17 @@ impl Clients {
             key,
             serializable: false,
         };
-        match answer {
-            Ok(Ok(got)) => {
-                let (revision, member) = header(got.header());
-                let value = got.kvs().first().map(|kv| {
-                    (
-                        String::from_utf8_lossy(kv.value()).into_owned(),
-                        kv.mod_revision(),
-                    )
-                });
-                let outcome = Outcome::Read { revision, value };
-                self.record(op, invoked, outcome, Some(member));
-                false
-            }
-            Ok(Err(e)) => {
-                self.record(op, invoked, Outcome::Unknown(e.to_string()), None);
-                true
-            }
-            Err(_) => {
-                self.record(op, invoked, Outcome::Unknown("timeout".into()), None);
-                true
-            }
-        }
+        self.settle(op, invoked, answer, |got| {
+            let (revision, member) = header(got.header());
+            let value = got.kvs().first().map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                    kv.mod_revision(),
+                )
+            });
+            (Outcome::Read { revision, value }, member)
+        })
+        .is_none()
     }
 
     /// Grants a long lease and puts keys on it, again and again.
@@ -285,26 +286,18 @@ impl Clients {
             let answer =
                 tokio::time::timeout(OP_TIMEOUT, client.lease_grant(LEASE_TTL, None)).await;
             let op = Op::LeaseGrant { ttl: LEASE_TTL };
-            let id = match answer {
-                Ok(Ok(granted)) => {
-                    let (revision, member) = header(granted.header());
-                    let outcome = Outcome::Granted {
-                        id: granted.id(),
-                        ttl: granted.ttl(),
-                        revision,
-                    };
-                    self.record(op, invoked, outcome, Some(member));
-                    granted.id()
-                }
-                Ok(Err(e)) => {
-                    self.record(op, invoked, Outcome::Unknown(e.to_string()), None);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-                Err(_) => {
-                    self.record(op, invoked, Outcome::Unknown("timeout".into()), None);
-                    continue;
-                }
+            let granted = self.settle(op, invoked, answer, |granted| {
+                let (revision, member) = header(granted.header());
+                let outcome = Outcome::Granted {
+                    id: granted.id(),
+                    ttl: granted.ttl(),
+                    revision,
+                };
+                (outcome, member)
+            });
+            let Some(id) = granted.map(|g| g.id()) else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
             };
             for k in 0..3 {
                 if self.stopped() {

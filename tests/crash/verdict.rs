@@ -19,7 +19,8 @@ use quantykube_simulation::history::{Op, Outcome};
 use quantykube_simulation::linearizability;
 
 use crate::harness::Cluster;
-use crate::traffic::{all_keys, Record};
+use crate::rig::Rig;
+use crate::traffic::{all_keys, Record, Traffic};
 
 /// What the checks covered, for the test's report.
 #[derive(Debug, Default)]
@@ -59,6 +60,26 @@ async fn held(cluster: &Cluster, i: usize) -> (Held, i64) {
         })
         .collect();
     (keys, revision)
+}
+
+/// A last round of traffic on the running members (its reads of earlier keys judged
+/// too: after power losses, they must find what was acknowledged), then every check;
+/// prints what was checked.
+pub async fn judge(rig: &Rig, record: &Record, round: usize, initial: i64) -> Checked {
+    let endpoints: Vec<String> = rig
+        .cluster
+        .running()
+        .into_iter()
+        .map(|i| rig.cluster.endpoint(i))
+        .collect();
+    let traffic = Traffic::start(record, &endpoints, round, 4);
+    traffic
+        .wait_for_writes(40, std::time::Duration::from_secs(90))
+        .await;
+    traffic.stop().await;
+    let checked = check(&rig.cluster, record, initial).await;
+    eprintln!("{} power losses: {checked:?}", rig.power_losses);
+    checked
 }
 
 /// Runs every check on the running members of `cluster`, panicking with every

@@ -7,7 +7,6 @@
 //! Written against etcd 3.4.23 first (`QK_TEST_TARGET=etcd`).
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tonic::Code;
@@ -18,7 +17,7 @@ use crate::auth_support::{
     assert_denied, assert_status, enable_auth, msg, ok, root_client, root_flag, wait_ready_as_root,
     Junk, Rpc,
 };
-use crate::harness::{etcdctl_binary, Cluster, ClusterOptions, MemberSpec, Target};
+use crate::harness::{Cluster, ClusterOptions, MemberSpec, Target};
 use crate::raw;
 
 /// Auth on, and user `alice` (password `alice-pw`) with role `a` (readwrite prefix
@@ -345,35 +344,7 @@ async fn auth_state_survives_a_restart_of_every_member() {
 /// The target's restore of `file` into member `spec`'s data dir: etcdctl's for etcd,
 /// `quantykube snapshot restore` (etcdctl's flags) for QuantyKube.
 fn restore(target: Target, file: &Path, spec: &MemberSpec) {
-    let mut command = match target {
-        Target::Etcd => {
-            let mut c = Command::new(etcdctl_binary());
-            c.env("ETCDCTL_API", "3");
-            c
-        }
-        Target::Quantykube => Command::new(target.require_binary()),
-    };
-    let out = command
-        .arg("snapshot")
-        .arg("restore")
-        .arg(file)
-        .arg("--name")
-        .arg(&spec.name)
-        .arg("--initial-cluster")
-        .arg(&spec.initial_cluster)
-        .arg("--initial-cluster-token")
-        .arg(&spec.token)
-        .arg("--initial-advertise-peer-urls")
-        .arg(spec.peer_url("http"))
-        .arg("--data-dir")
-        .arg(spec.data_dir())
-        .output()
-        .expect("run etcdctl snapshot restore");
-    assert!(
-        out.status.success(),
-        "restore: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::harness::run(crate::harness::restore_command(target, file, spec));
 }
 
 #[tokio::test]

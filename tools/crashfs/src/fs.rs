@@ -557,10 +557,7 @@ fn set_metadata(
 
 impl Filesystem for CrashFilesystem {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.entry(parent, name) {
-            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(self.entry(parent, name), reply);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -626,10 +623,7 @@ impl Filesystem for CrashFilesystem {
                 .map_err(errno)?;
             Ok(self.attr(&meta))
         });
-        match made {
-            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(made, reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -666,10 +660,7 @@ impl Filesystem for CrashFilesystem {
                 .map_err(errno)?;
             Ok(self.attr(&meta))
         });
-        match made {
-            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(made, reply);
     }
 
     fn rename(
@@ -716,10 +707,7 @@ impl Filesystem for CrashFilesystem {
                 .map_err(errno)?;
             Ok(self.attr(&meta))
         });
-        match made {
-            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(made, reply);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -940,6 +928,13 @@ impl Filesystem for CrashFilesystem {
         // Preallocation would grow files behind the model's back; RocksDB and etcd
         // both go on without it.
         reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+    }
+}
+
+fn reply_entry(result: Result<FileAttr>, reply: ReplyEntry) {
+    match result {
+        Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+        Err(e) => reply.error(e),
     }
 }
 

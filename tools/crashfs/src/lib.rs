@@ -98,6 +98,19 @@ impl CrashFs {
         Ok(())
     }
 
+    /// For tests: `None` where crash filesystems mount; else the reason, after printing
+    /// `SKIPPED: <reason>`. Under CI (`CI` set), whose machines have root and
+    /// `/dev/fuse`, a panic instead: a skip there would hide a broken setup.
+    pub fn skip_reason() -> Option<String> {
+        let why = Self::available().err()?;
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "crash filesystems cannot mount under CI: {why}"
+        );
+        eprintln!("SKIPPED: {why}");
+        Some(why)
+    }
+
     /// Mounts a crash filesystem at `mountpoint` (made if missing) over the backing
     /// tree `<work>/root` (made if missing; `<work>/graveyard` is its own). Everything
     /// already in the backing tree counts as durable.
