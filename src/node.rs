@@ -18,7 +18,7 @@ use prost::Message;
 use quantykube_raft::{
     raft_config, ClusterGuard, Command as RaftCommand, DialOptions, Dialer, LogStore, Member,
     NodeId, PeerChannels, PeerNetworkFactory, PeerService, Raft, RaftClient, RaftClientOptions,
-    TcpDialer, WalSyncer, MEMBER_REMOVED,
+    TcpDialer, MEMBER_REMOVED,
 };
 use std::pin::Pin;
 use thiserror::Error;
@@ -480,8 +480,9 @@ pub struct Environment {
     /// Reaches other members' client URLs (requests relayed to the leader).
     pub client_dialer: Arc<dyn Dialer>,
     pub offload: Offload,
-    /// Whether the raft log is synced on its own thread (production) or inline.
-    pub threaded_wal_sync: bool,
+    /// Whether the raft log is written and synced on its own thread (production) or
+    /// on raft's task (simulation).
+    pub threaded_log_writes: bool,
     /// Seconds since the Unix epoch.
     pub wall_clock: fn() -> u64,
 }
@@ -492,7 +493,7 @@ impl Environment {
             dialer: Arc::new(TcpDialer),
             client_dialer: Arc::new(TcpDialer),
             offload: Offload::BlockingPool,
-            threaded_wal_sync: true,
+            threaded_log_writes: true,
             wall_clock: system_unix_seconds,
         }
     }
@@ -890,12 +891,11 @@ async fn start_member(config: &Config, environment: &Environment) -> Result<Arc<
         guard.clone(),
         simple_tokens,
     );
-    let syncer = if environment.threaded_wal_sync {
-        WalSyncer::spawn(&databases.log)?
+    let mut log_store = if environment.threaded_log_writes {
+        LogStore::new(databases.log)?
     } else {
-        WalSyncer::inline(&databases.log)
+        LogStore::inline(databases.log)?
     };
-    let mut log_store = LogStore::with_syncer(databases.log, syncer)?;
     if config.force_new_cluster {
         crate::membership::recovery::force_standalone(
             &mut log_store,

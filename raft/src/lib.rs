@@ -28,6 +28,7 @@ pub mod join;
 pub mod log_db;
 pub mod log_store;
 pub mod log_tail;
+mod log_writer;
 pub mod metrics;
 pub mod network;
 pub mod pb;
@@ -37,7 +38,6 @@ pub mod planted;
 pub mod propose_stream;
 pub mod runtime;
 pub mod types;
-pub mod wal_sync;
 
 pub use channels::{
     DialError, DialOptions, Lane, PeerChannels, CLUSTER_ID_METADATA, MAX_PEER_MESSAGE_BYTES,
@@ -58,4 +58,3 @@ pub use network::{PeerConnection, PeerNetworkFactory};
 pub use peer_server::PeerService;
 pub use runtime::{with_seed, RaftRuntime};
 pub use types::*;
-pub use wal_sync::WalSyncer;

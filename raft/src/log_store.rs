@@ -6,10 +6,12 @@
 //! acknowledge an append or a vote before the bytes are fsynced: a node that crashes
 //! restarts to a prefix of what it acknowledged.
 //!
-//! Appends are written unsynced on openraft's core task (a memtable insert and a WAL
-//! write to the page cache) and made durable by [`crate::wal_sync`], which fsyncs the
-//! WAL once for every append that queued up meanwhile and only then completes their
-//! callbacks: the core never waits for the disk, and one fsync covers many appends.
+//! Every write goes through [`crate::log_writer`], in order: appends, the committed log
+//! id and purges are queued and the core goes on (appended entries are readable from
+//! the in-memory tail at once); appends are reported flushed only after the WAL's fsync,
+//! one fsync for every append that queued up meanwhile. Votes and truncations wait for
+//! their own synced write. So openraft's core, which sends the heartbeats, never waits
+//! for the disk while it leads.
 
 use std::fmt::Debug;
 use std::io;
@@ -25,8 +27,8 @@ use serde::Serialize;
 
 use crate::codec;
 use crate::log_tail::{LogTail, DEFAULT_TAIL_BYTES};
+use crate::log_writer::{self, Done, LogWrite, LogWriter};
 use crate::types::{Entry, LogId, TypeConfig, Vote};
-use crate::wal_sync::WalSyncer;
 
 /// Column family holding log entries, keyed by big-endian index.
 pub const CF_RAFT_LOG: &str = "raft_log";
@@ -44,8 +46,9 @@ const KEY_LAST_PURGED: &[u8] = b"last_purged";
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
-    syncer: WalSyncer,
-    /// The newest entries, shared with every reader clone (see [`crate::log_tail`]).
+    writer: LogWriter,
+    /// The newest entries and those not yet written, shared with every reader clone
+    /// and with the writer (see [`crate::log_tail`]).
     tail: Arc<Mutex<LogTail>>,
 }
 
@@ -56,15 +59,25 @@ impl Debug for LogStore {
 }
 
 impl LogStore {
-    /// Wraps `db`, which must have been opened with [`LOG_COLUMN_FAMILIES`], and makes
-    /// appends durable on a dedicated WAL-sync thread.
+    /// Wraps `db`, which must have been opened with [`LOG_COLUMN_FAMILIES`], and writes
+    /// it on a dedicated thread.
     pub fn new(db: Arc<DB>) -> Result<Self, io::Error> {
-        let syncer = WalSyncer::spawn(&db)?;
-        Self::with_syncer(db, syncer)
+        Self::check_column_families(&db)?;
+        let tail = Arc::new(Mutex::new(LogTail::new(DEFAULT_TAIL_BYTES)));
+        let writer = LogWriter::spawn(&db, &tail)?;
+        Ok(Self { db, writer, tail })
     }
 
-    /// Wraps `db` with the given syncer (an inline one for deterministic simulation).
-    pub fn with_syncer(db: Arc<DB>, syncer: WalSyncer) -> Result<Self, io::Error> {
+    /// Wraps `db` and writes it on the caller's task, for deterministic simulation
+    /// (where a thread would escape the simulator's control of time and order).
+    pub fn inline(db: Arc<DB>) -> Result<Self, io::Error> {
+        Self::check_column_families(&db)?;
+        let tail = Arc::new(Mutex::new(LogTail::new(DEFAULT_TAIL_BYTES)));
+        let writer = LogWriter::inline(&db, &tail);
+        Ok(Self { db, writer, tail })
+    }
+
+    fn check_column_families(db: &DB) -> Result<(), io::Error> {
         for name in LOG_COLUMN_FAMILIES {
             if db.cf_handle(name).is_none() {
                 return Err(io::Error::new(
@@ -73,11 +86,7 @@ impl LogStore {
                 ));
             }
         }
-        Ok(Self {
-            db,
-            syncer,
-            tail: Arc::new(Mutex::new(LogTail::new(DEFAULT_TAIL_BYTES))),
-        })
+        Ok(())
     }
 
     fn cf(&self, name: &'static str) -> Result<&ColumnFamily, io::Error> {
@@ -103,32 +112,39 @@ impl LogStore {
         }
     }
 
-    fn put_state<T: Serialize>(
+    fn state_batch<T: Serialize>(
         &self,
         key: &'static [u8],
         what: &'static str,
         value: &T,
-        sync: bool,
-    ) -> Result<(), io::Error> {
+    ) -> Result<WriteBatch, io::Error> {
         let cf = self.cf(CF_RAFT_STATE)?;
         let bytes = codec::encode(what, value)?;
         let mut batch = WriteBatch::default();
         batch.put_cf(cf, key, bytes);
-        self.write(batch, sync)
+        Ok(batch)
     }
 
     fn tail(&self) -> MutexGuard<'_, LogTail> {
-        // The tail is only ever changed after RocksDB, in one call; a panic midway left
-        // it at worst shorter, which is still correct.
-        self.tail
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        log_writer::lock(&self.tail)
     }
 
-    fn write(&self, batch: WriteBatch, sync: bool) -> Result<(), io::Error> {
-        let mut opts = WriteOptions::default();
-        opts.set_sync(sync);
-        self.db.write_opt(batch, &opts).map_err(rocks_err)
+    /// Queues `batch` after every write before it; nobody waits for it.
+    fn queue(&self, batch: WriteBatch) {
+        self.writer.submit(LogWrite {
+            batch,
+            sync: false,
+            appended: None,
+            done: Done::Nobody,
+        });
+    }
+
+    /// Waits until every write queued so far is in RocksDB, so that reading RocksDB
+    /// sees them (the reads at raft's start).
+    async fn drain(&self) -> Result<(), io::Error> {
+        self.writer
+            .write_and_wait(WriteBatch::default(), false)
+            .await
     }
 
     fn last_entry_log_id(&self) -> Result<Option<LogId>, io::Error> {
@@ -180,11 +196,14 @@ impl LogStore {
                 codec::encode("committed log id", &committed)?,
             );
         }
-        self.write(batch, true)?;
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        self.db.write_opt(batch, &opts).map_err(rocks_err)?;
         let mut tail = self.tail();
         tail.truncate_from(from);
         if let Some(entry) = entry {
-            tail.append(std::slice::from_ref(entry));
+            let written = tail.append(std::slice::from_ref(entry));
+            tail.written_through(written);
         }
         Ok(())
     }
@@ -213,9 +232,49 @@ impl RaftLogReader<TypeConfig> for LogStore {
             return Ok(Vec::new());
         }
 
-        if let Some(entries) = self.tail().get(start, end_exclusive) {
-            return Ok(entries);
+        // The tail first: what it holds may not be in RocksDB yet, and what comes before
+        // it is (an entry leaves the tail only once written).
+        let from_tail = self.tail().get(start, end_exclusive);
+        let end_exclusive = match (from_tail.first, end_exclusive) {
+            (Some(first), Some(end)) => Some(first.min(end)),
+            (Some(first), None) => Some(first),
+            (None, end) => end,
+        };
+        if end_exclusive.is_some_and(|end| end <= start) {
+            return Ok(from_tail.entries);
         }
+        let mut entries = self.read_written(start, end_exclusive)?;
+        if let (Some(last), Some(next)) = (entries.last(), from_tail.entries.first()) {
+            if last.index().checked_add(1) != Some(next.index()) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "raft log has a hole: RocksDB ends at index {} and the tail starts at {}",
+                        last.index(),
+                        next.index()
+                    ),
+                ));
+            }
+        }
+        entries.extend(from_tail.entries);
+        Ok(entries)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        // No drain: replication reads the vote around every read of entries, and a vote
+        // is in RocksDB before `save_vote` returns.
+        self.get_state(KEY_VOTE, "vote")
+    }
+}
+
+impl LogStore {
+    /// Entries of `[start, end_exclusive)` from RocksDB, where every one of them is
+    /// written: contiguous, or the log is corrupt.
+    fn read_written(
+        &self,
+        start: u64,
+        end_exclusive: Option<u64>,
+    ) -> Result<Vec<Entry>, io::Error> {
         let cf = self.cf(CF_RAFT_LOG)?;
         let from = index_key(start);
         // A RocksDB iterator reads one implicit snapshot, so the result is atomic.
@@ -250,16 +309,13 @@ impl RaftLogReader<TypeConfig> for LogStore {
         }
         Ok(entries)
     }
-
-    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
-        self.get_state(KEY_VOTE, "vote")
-    }
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        self.drain().await?;
         let last_purged_log_id: Option<LogId> =
             self.get_state(KEY_LAST_PURGED, "last purged log id")?;
         let last_log_id = self.last_entry_log_id()?.or(last_purged_log_id);
@@ -275,21 +331,25 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         // A vote granted and then forgotten by a crash could elect two leaders in a term.
+        let batch = self.state_batch(KEY_VOTE, "vote", vote)?;
         #[cfg(feature = "planted-bugs")]
         if crate::planted::is_planted(crate::planted::RaftBug::VoteWithoutSync) {
-            return self.put_state(KEY_VOTE, "vote", vote, false);
+            return self.writer.write_and_wait(batch, false).await;
         }
-        self.put_state(KEY_VOTE, "vote", vote, true)
+        self.writer.write_and_wait(batch, true).await
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
         // Unsynced on purpose: this is called on every commit advance, and a committed id
         // that reverts in a crash only means re-learning it from the leader (see
         // `enable_leader_restore` in config.rs).
-        self.put_state(KEY_COMMITTED, "committed log id", &committed, false)
+        let batch = self.state_batch(KEY_COMMITTED, "committed log id", &committed)?;
+        self.queue(batch);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        self.drain().await?;
         Ok(self
             .get_state::<Option<LogId>>(KEY_COMMITTED, "committed log id")?
             .flatten())
@@ -311,20 +371,38 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let value = codec::encode("log entry", entry)?;
             batch.put_cf(cf, index_key(entry.index()), value);
         }
-        let count = entries.len();
-        // Written now (readable at once), durable when the WAL syncer's next fsync
-        // completes the callback: openraft counts the entries only then.
-        if count > 0 {
-            self.write(batch, false)?;
-            self.tail().append(&entries);
-        }
-        tracing::trace!(entries = count, "raft log append written");
+        // Readable from the tail at once; written and synced by the writer, which
+        // completes the callback only after the sync: openraft counts the entries then.
+        let appended = (!entries.is_empty()).then(|| self.tail().append(&entries));
+        tracing::trace!(entries = entries.len(), "raft log append queued");
         #[cfg(feature = "planted-bugs")]
         if crate::planted::is_planted(crate::planted::RaftBug::LogAcksBeforeSync) {
             callback.io_completed(Ok(()));
+            self.writer.submit(LogWrite {
+                batch,
+                sync: false,
+                appended,
+                done: Done::Nobody,
+            });
             return Ok(());
         }
-        self.syncer.sync_then(callback);
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::is_planted(crate::planted::RaftBug::AppendWaitsForDisk) {
+            self.writer.write_and_wait(batch, false).await?;
+            self.writer.submit(LogWrite {
+                batch: WriteBatch::default(),
+                sync: true,
+                appended,
+                done: Done::Flushed(callback),
+            });
+            return Ok(());
+        }
+        self.writer.submit(LogWrite {
+            batch,
+            sync: true,
+            appended,
+            done: Done::Flushed(callback),
+        });
         Ok(())
     }
 
@@ -337,11 +415,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let cf = self.cf(CF_RAFT_LOG)?;
         let mut batch = WriteBatch::default();
         batch.delete_range_cf(cf, &index_key(from)[..], END_OF_LOG_KEY);
-        // Rare (only on a leader change with conflicting entries), so sync it: no
-        // conflicting entry reappears after a crash even if no append follows.
-        self.write(batch, true)?;
+        // Rare (only on a leader change with conflicting entries), so sync it and wait:
+        // no conflicting entry reappears after a crash even if no append follows, and
+        // none is read back from RocksDB once the tail no longer holds it.
         self.tail().truncate_from(from);
-        Ok(())
+        self.writer.write_and_wait(batch, true).await
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
@@ -360,9 +438,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             index_key(log_id.index().saturating_add(1)),
         );
         // Unsynced: purged entries are already in a snapshot; if a crash undoes the purge
-        // (atomically, it is one batch) they are simply purged again.
-        self.write(batch, false)?;
+        // (atomically, it is one batch) they are simply purged again. Queued after any
+        // append of what it purges, so RocksDB never keeps an entry it purged.
         self.tail().purge_upto(log_id.index());
+        self.queue(batch);
         Ok(())
     }
 }

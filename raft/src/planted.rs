@@ -33,6 +33,10 @@ pub enum RaftBug {
     LogAcksBeforeSync,
     /// A vote is written without a sync before it is answered.
     VoteWithoutSync,
+    /// An append waits on raft's core until its entries are written to RocksDB (the
+    /// log store before issue 50): the write waits behind a stalled fsync of the same
+    /// file, and with it the core and the leader's heartbeats.
+    AppendWaitsForDisk,
 }
 
 impl RaftBug {
@@ -41,6 +45,7 @@ impl RaftBug {
         ("SkipDirectorySync", RaftBug::SkipDirectorySync),
         ("LogAcksBeforeSync", RaftBug::LogAcksBeforeSync),
         ("VoteWithoutSync", RaftBug::VoteWithoutSync),
+        ("AppendWaitsForDisk", RaftBug::AppendWaitsForDisk),
     ];
 }
 

@@ -98,7 +98,7 @@ pub async fn run(spec: Arc<NodeSpec>) -> Result<(), SimError> {
         dialer: Arc::new(SimDialer),
         client_dialer: Arc::new(SimDialer),
         offload: Offload::Inline,
-        threaded_wal_sync: false,
+        threaded_log_writes: false,
         wall_clock: simulated_unix_seconds,
     };
     tracing::info!(name = %spec.name, seed = spec.seed, "starting simulated member");

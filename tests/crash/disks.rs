@@ -6,8 +6,9 @@
 //! - A disk whose store files fail to read (EIO): the member never answers with data it
 //!   could not read; it fails the request or stops; with the disk replaced it catches
 //!   up.
-//! - A disk whose syncs stall for seconds: no election storm, writes go on through the
-//!   other members, and the test reports what the stall did to latencies and terms.
+//! - A disk whose syncs stall for seconds, a follower's or the leader's: no election
+//!   (heartbeats never wait behind the disk), writes go on, and the test reports what
+//!   the stall did to latencies and terms.
 //!
 //! Each ends with the same verdict as the power-loss scenarios.
 
@@ -18,7 +19,7 @@ use etcd_client::GetOptions;
 use quantykube_crashfs::{ErrorRule, FileMatch, Stall};
 use quantykube_simulation::history::{Op, Outcome};
 
-use crate::harness::{Cluster, START_TIMEOUT};
+use crate::harness::{Cluster, Target, START_TIMEOUT};
 use crate::power::Choices;
 use crate::rig::{Rig, Server};
 use crate::traffic::{Record, Traffic};
@@ -26,7 +27,7 @@ use crate::verdict;
 
 /// Whether member `i` is the leader role the scenario wants.
 #[derive(Clone, Copy, Debug)]
-enum Role {
+pub(crate) enum Role {
     Leader,
     Follower,
 }
@@ -192,8 +193,9 @@ async fn a_member_whose_store_files_fail_to_read_never_answers_with_what_it_coul
     verdict::judge(&rig, &record, 9, initial).await;
 }
 
-async fn syncs_stall(role: Role) {
-    let Some(rig) = Rig::start(3, Server::Shipped, |o| o).await else {
+/// A `role`'s syncs stall for 2-10 s under traffic; no election may follow.
+pub(crate) async fn syncs_stall(server: Server, role: Role) {
+    let Some(rig) = Rig::start(3, server, |o| o).await else {
         return;
     };
     let mut choices = Choices::new("syncs_stall");
@@ -211,6 +213,7 @@ async fn syncs_stall(role: Role) {
             delay: stall,
         })
     });
+    let answered = reads_answered_while_stalled(&rig, victim).await;
     // Bound by the mechanism: syncs stalled, and writes acknowledged meanwhile.
     let acked = traffic.acked();
     traffic
@@ -235,7 +238,8 @@ async fn syncs_stall(role: Role) {
     latencies.sort();
     let p = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
     eprintln!(
-        "{role:?} member {victim}: syncs stalled {stall:?} ({stalled} stalled); {} writes \
+        "{role:?} member {victim}: syncs stalled {stall:?} ({stalled} stalled); \
+         {answered} linearizable reads answered by it while a sync stalled; {} writes \
          during the stall and after, p50 {:?} p99 {:?} max {:?}; term {term_before} -> \
          {term_after}",
         latencies.len(),
@@ -244,17 +248,63 @@ async fn syncs_stall(role: Role) {
         p(1.0)
     );
     assert!(stalled > 0, "no sync of member {victim} stalled");
-    // No election storm: at most one election. A leader whose WAL write waits behind
-    // its stalled fsync (the kernel holds the file while a FUSE fsync is answered, as a
-    // real disk does once the page cache's dirty limit is reached) stops sending
-    // heartbeats and may be replaced once; etcd 3.4 was too, in one of two runs
-    // (docs/durability.md).
+    // The leader's raft core (read rounds, heartbeats) goes on while its disk stalls.
+    // Counted, not timed: reads answered before the stalled sync returned. A core that
+    // waited for the disk answers at most the one read it took before it blocked.
+    // etcd 3.4's raft loop waits for its WAL, so against etcd this is only reported.
+    if matches!(role, Role::Leader) && Target::from_env() == Target::Quantykube {
+        assert!(
+            answered >= READS_WHILE_STALLED,
+            "the leader answered {answered} linearizable reads while its sync stalled, \
+             want {READS_WHILE_STALLED}: its raft core waited for the disk"
+        );
+    }
+    // Heartbeats never wait behind the disk: no election at all. The leader's raft
+    // core never writes the log itself (raft/src/log_writer.rs), so a stalled fsync
+    // holds its writer thread, and followers keep hearing from it. etcd 3.4's raft loop
+    // saves each Ready to its WAL before it takes the next one, whose messages carry
+    // the heartbeats: under the same stall it was replaced once in one of two runs
+    // (docs/durability.md), so against etcd only a storm (a second election) fails.
+    let elections_allowed = match Target::from_env() {
+        Target::Quantykube => 0,
+        Target::Etcd => 1,
+    };
     assert!(
-        term_after <= term_before + 1,
-        "an election storm followed a {stall:?} stall of the {role:?}'s syncs: term \
-         {term_before} -> {term_after}"
+        term_after <= term_before + elections_allowed,
+        "a {stall:?} stall of the {role:?}'s syncs caused an election: term {term_before} -> \
+         {term_after}"
     );
     verdict::judge(&rig, &record, 9, initial).await;
+}
+
+/// Reads a leader must answer while one of its syncs stalls (a stall is 2 s or more; a
+/// read takes milliseconds even on a loaded machine).
+const READS_WHILE_STALLED: usize = 20;
+
+/// Waits until a sync of member `i`'s disk stalls, then sends it linearizable reads one
+/// after another while the stall lasts; returns how many it answered (up to
+/// [`READS_WHILE_STALLED`]) before the stalled sync returned.
+async fn reads_answered_while_stalled(rig: &Rig, i: usize) -> usize {
+    let disk = &rig.disks[i];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while disk.stats().syncs_stalled == 0 {
+        assert!(Instant::now() < deadline, "no sync of member {i} stalled");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut client = rig.cluster.client(i).await;
+    let mut answered = 0;
+    while answered < READS_WHILE_STALLED {
+        // The timeout only keeps a broken member from hanging the test: a member whose
+        // core waits answers once the stall (10 s at most) is over.
+        let read = tokio::time::timeout(Duration::from_secs(30), client.get("stall-probe", None));
+        let ok = matches!(read.await, Ok(Ok(_)));
+        if !ok || disk.stats().syncs_stalling == 0 {
+            // Not answered, or answered once no sync stalled any more: done.
+            break;
+        }
+        answered += 1;
+    }
+    answered
 }
 
 async fn term(cluster: &Cluster, i: usize) -> u64 {
@@ -264,10 +314,10 @@ async fn term(cluster: &Cluster, i: usize) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_whose_syncs_stall_for_seconds_holds_nothing_up() {
-    syncs_stall(Role::Follower).await;
+    syncs_stall(Server::Shipped, Role::Follower).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_syncs_stall_for_seconds_keeps_leading_and_writes_go_on() {
-    syncs_stall(Role::Leader).await;
+    syncs_stall(Server::Shipped, Role::Leader).await;
 }

@@ -1,4 +1,4 @@
-//! Every durability guard's planted bug is caught by a power-loss scenario.
+//! Every durability guard's planted bug is caught by a power-loss or disk scenario.
 //!
 //! The scenarios above pass on the server as shipped; here each runs on
 //! `quantykube-planted` with one guard removed (`QK_PLANTED_BUGS`), and must fail. A
@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::disks::{self, Role};
 use crate::harness::Target;
 use crate::rig::{self, Server};
 use crate::{first_files, power, reads, restore, snapshot_files};
@@ -59,6 +60,13 @@ const CASES: &[Case] = &[
                 its directory (a new directory: of its parent)",
         scenario: "a power loss after an admin snapshot was recorded READY",
         run: |server| Box::pin(first_files::admin_snapshot_survives(server)),
+    },
+    Case {
+        bug: "AppendWaitsForDisk",
+        guard: "raft's core never waits for the log's disk: every write of the log is \
+                made on its writer thread, so heartbeats go on while an fsync stalls",
+        scenario: "the leader's syncs stall for 2-10 s under traffic (an election follows)",
+        run: |server| Box::pin(disks::syncs_stall(server, Role::Leader)),
     },
 ];
 

@@ -1,7 +1,8 @@
-//! The log store on a crash filesystem, and the two properties the power-loss tests
-//! (`power_loss.rs`, and `power_loss_planted.rs` with the syncs removed) judge.
+//! The log store on a crash filesystem, and the properties the power-loss tests
+//! (`power_loss.rs`, and `power_loss_planted.rs` with each guard's planted bug) judge.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use bytes::Bytes;
 use openraft::entry::RaftEntry;
@@ -9,7 +10,7 @@ use openraft::storage::{IOFlushed, RaftLogStorage};
 use openraft::testing::log_id;
 use openraft::type_config::TypeConfigExt;
 use openraft::RaftLogReader;
-pub use quantykube_crashfs::{CrashFs, Torn};
+pub use quantykube_crashfs::{CrashFs, FileMatch, Stall, Torn};
 use quantykube_raft::{open_log_database, Command, Entry, LogStore, TypeConfig, Vote};
 
 struct Disk {
@@ -92,4 +93,65 @@ pub async fn saved_vote_survives(torn: Torn) -> Option<bool> {
     disk.power_loss(store, torn);
     let mut store = disk.open();
     Some(store.read_vote().await.expect("read the vote") == Some(vote))
+}
+
+/// How long the stalled sync holds: long enough that nothing the test does meanwhile
+/// (a few in-memory steps) could outlast it even on a loaded machine, so that "it
+/// returned while the sync stalled" is decided by the mechanism, not by speed.
+const STALL: Duration = Duration::from_secs(10);
+
+/// Whether the store's raft-core calls (appending, saving the committed log id,
+/// purging, reading back) all return while an earlier append's fsync is stalled, and
+/// everything is reported flushed once the stall ends; `None` where crash filesystems
+/// cannot mount. A leader whose core waited here would stop sending heartbeats.
+pub async fn appends_go_on_while_a_sync_stalls() -> Option<bool> {
+    let disk = Disk::mount()?;
+    let mut store = disk.open();
+    append(&mut store, (1..=10).map(entry).collect()).await;
+    disk.fs.set_faults(|f| {
+        f.stalls.push(Stall {
+            files: FileMatch::any(),
+            delay: STALL,
+        })
+    });
+    let (stalled_tx, mut stalled) = TypeConfig::oneshot();
+    store
+        .append(vec![entry(11)], IOFlushed::signal(stalled_tx))
+        .await
+        .expect("append");
+    // Bound by the mechanism: wait (at most the stall's length) until crashfs holds
+    // that append's sync.
+    let held_since = std::time::Instant::now();
+    while disk.fs.stats().syncs_stalled == 0 {
+        assert!(held_since.elapsed() < STALL, "no sync reached the disk");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (next_tx, next) = TypeConfig::oneshot();
+    store
+        .append(vec![entry(12), entry(13)], IOFlushed::signal(next_tx))
+        .await
+        .expect("append");
+    store
+        .save_committed(Some(entry(11).log_id()))
+        .await
+        .expect("save committed");
+    store.purge(entry(2).log_id()).await.expect("purge");
+    let readable = store
+        .try_get_log_entries(3..14)
+        .await
+        .expect("read entries")
+        .iter()
+        .map(|e| e.index())
+        .eq(3..14);
+    let reported_meanwhile = stalled.try_recv().ok();
+    let went_on = reported_meanwhile.is_none() && readable;
+    disk.fs.clear_faults();
+    let stalled = match reported_meanwhile {
+        Some(reported) => reported,
+        None => stalled
+            .await
+            .expect("the stalled append was never reported"),
+    };
+    let flushed = stalled.is_ok() && matches!(next.await, Ok(Ok(())));
+    Some(went_on && flushed)
 }

@@ -47,6 +47,9 @@ pub struct Stats {
     pub faults_injected: u64,
     /// Syncs that a stall held (counted when the stall begins).
     pub syncs_stalled: u64,
+    /// Syncs a stall holds right now: a test can tell "while the disk stalled" by
+    /// this count, not by a clock.
+    pub syncs_stalling: u64,
 }
 
 /// What the mounted filesystem and its controller share.
@@ -407,6 +410,7 @@ impl CrashFilesystem {
             match state.faults.stall_for(path.as_deref()) {
                 Some(delay) => {
                     state.stats.syncs_stalled += 1;
+                    state.stats.syncs_stalling += 1;
                     delay
                 }
                 None => return reply_result(finish_sync(&mut state, target), reply),
@@ -424,6 +428,7 @@ impl CrashFilesystem {
                 std::thread::sleep(left.min(Duration::from_millis(10)));
             }
             let mut state = shared.lock();
+            state.stats.syncs_stalling -= 1;
             if !shared.powered() {
                 return reply.error(Errno::EIO);
             }

@@ -370,8 +370,13 @@ fn a_stalled_sync_takes_its_delay_and_holds_up_nothing_else() {
         !stalled.is_finished(),
         "the stalled sync returned before the fast ones"
     );
+    while m.fs.stats().syncs_stalled < 1 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(m.fs.stats().syncs_stalling, 1, "one sync is held now");
     stalled.join().unwrap().unwrap();
     assert!(started.elapsed() >= delay);
+    assert_eq!(m.fs.stats().syncs_stalling, 0, "and none once it returned");
     // A cut during a stall fails the sync, and the data it was to sync is lost.
     let slow_path = m.path("slow");
     let cut_during = std::thread::spawn(move || {
