@@ -19,6 +19,7 @@
 use std::io;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use openraft::storage::IOFlushed;
 use rocksdb::{WriteBatch, WriteOptions, DB};
@@ -67,22 +68,32 @@ enum Mode {
     Inline(Arc<Writing>),
 }
 
-/// The writing thread and its queue; dropping it ends the queue and waits for the
-/// thread to write what was queued.
+/// How long dropping the last writer waits for the thread to write what was queued:
+/// a disk stalled for seconds finishes within it; one that hangs is left behind (its
+/// writes fail or never end; the node is stopping anyway) rather than hang the stop.
+const STOP_WAIT: Duration = Duration::from_secs(30);
+
+/// The writing thread's queue; dropping it ends the queue and waits (at most
+/// [`STOP_WAIT`]) for the thread to write what was queued and let go of the database.
 struct WriterThread {
     queue: Option<mpsc::Sender<(Arc<DB>, LogWrite)>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// Disconnected when the thread ends (in a mutex only to be shared between
+    /// threads; only `drop`, which owns it, reads it).
+    ended: Mutex<mpsc::Receiver<()>>,
 }
 
 impl Drop for WriterThread {
     fn drop(&mut self) {
         drop(self.queue.take());
-        if let Some(thread) = self.thread.take() {
-            // Never on the thread itself (it holds no writer, but a join there would
-            // never end).
-            if thread.thread().id() != std::thread::current().id() {
-                let _ = thread.join();
-            }
+        let ended = self
+            .ended
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Err(mpsc::RecvTimeoutError::Timeout) = ended.recv_timeout(STOP_WAIT) {
+            tracing::warn!(
+                waited = ?STOP_WAIT,
+                "the raft log writer is still writing; leaving it behind"
+            );
         }
     }
 }
@@ -108,9 +119,11 @@ impl LogWriter {
     pub fn spawn(db: &Arc<DB>, tail: &Arc<Mutex<LogTail>>) -> io::Result<Self> {
         let writing = Writing::new(tail);
         let (queue, waiting) = mpsc::channel::<(Arc<DB>, LogWrite)>();
-        let thread = std::thread::Builder::new()
+        let (ending, ended) = mpsc::channel::<()>();
+        std::thread::Builder::new()
             .name("raft-log-writer".to_owned())
             .spawn(move || {
+                let _ending = ending;
                 while let Ok((db, first)) = waiting.recv() {
                     let mut group = vec![first];
                     // Every write holds the same database: one store, one writer.
@@ -122,7 +135,7 @@ impl LogWriter {
             db: Arc::downgrade(db),
             mode: Mode::Thread(Arc::new(WriterThread {
                 queue: Some(queue),
-                thread: Some(thread),
+                ended: Mutex::new(ended),
             })),
         })
     }
