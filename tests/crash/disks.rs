@@ -105,6 +105,12 @@ async fn a_leader_whose_disk_fills_up_stops_and_the_others_serve_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_store_files_fail_to_read_never_answers_with_what_it_could_not_read() {
+    if Target::from_env() == Target::Etcd {
+        // The faults below fail RocksDB's table files (`.sst`); etcd 3.4's store is one
+        // bbolt file read through mmap, which this scenario does not reach.
+        eprintln!("etcd 3.4 has no table files: nothing to fail");
+        return;
+    }
     let Some(mut rig) = Rig::start(3, Server::Shipped, |o| o).await else {
         return;
     };
