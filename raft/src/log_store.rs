@@ -62,22 +62,19 @@ impl LogStore {
     /// Wraps `db`, which must have been opened with [`LOG_COLUMN_FAMILIES`], and writes
     /// it on a dedicated thread.
     pub fn new(db: Arc<DB>) -> Result<Self, io::Error> {
-        Self::check_column_families(&db)?;
-        let tail = Arc::new(Mutex::new(LogTail::new(DEFAULT_TAIL_BYTES)));
-        let writer = LogWriter::spawn(&db, &tail)?;
-        Ok(Self { db, writer, tail })
+        Self::with_writer(db, LogWriter::spawn)
     }
 
     /// Wraps `db` and writes it on the caller's task, for deterministic simulation
     /// (where a thread would escape the simulator's control of time and order).
     pub fn inline(db: Arc<DB>) -> Result<Self, io::Error> {
-        Self::check_column_families(&db)?;
-        let tail = Arc::new(Mutex::new(LogTail::new(DEFAULT_TAIL_BYTES)));
-        let writer = LogWriter::inline(&db, &tail);
-        Ok(Self { db, writer, tail })
+        Self::with_writer(db, |db, tail| Ok(LogWriter::inline(db, tail)))
     }
 
-    fn check_column_families(db: &DB) -> Result<(), io::Error> {
+    fn with_writer(
+        db: Arc<DB>,
+        start_writer: impl FnOnce(&Arc<DB>, &Arc<Mutex<LogTail>>) -> io::Result<LogWriter>,
+    ) -> Result<Self, io::Error> {
         for name in LOG_COLUMN_FAMILIES {
             if db.cf_handle(name).is_none() {
                 return Err(io::Error::new(
@@ -86,7 +83,9 @@ impl LogStore {
                 ));
             }
         }
-        Ok(())
+        let tail = Arc::new(Mutex::new(LogTail::new(DEFAULT_TAIL_BYTES)));
+        let writer = start_writer(&db, &tail)?;
+        Ok(Self { db, writer, tail })
     }
 
     fn cf(&self, name: &'static str) -> Result<&ColumnFamily, io::Error> {
