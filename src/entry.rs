@@ -104,7 +104,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(crate::node::run(*config, shutdown_signal())) {
+    match runtime.block_on(crate::server::run(*config, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(%error, "member stopped");

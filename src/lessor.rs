@@ -7,8 +7,8 @@
 //! each tick (new grants get their TTL from when it sees them, revoked ones go), turns
 //! expired leases into `LeaseExpiry` commands through the log (at most
 //! [`REVOKES_PER_SECOND`], as etcd), which apply as a revoke only in the term it led,
-//! and checkpoints every lease's remaining TTL each checkpoint interval. It owns the timers only; what it decides goes through raft, so
-//! every member's store agrees on which leases live. It must never read the wall
+//! and checkpoints every lease's remaining TTL each checkpoint interval. It owns the
+//! timers only; what it decides goes through raft, so every member's store agrees on which leases live. It must never read the wall
 //! clock (tokio's clock, which the simulation controls) nor revoke a lease itself.
 
 use std::collections::BTreeMap;
@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::node::Node;
+use crate::node::{Node, NodeError};
 use crate::proto::command::command::Request as CommandRequest;
+use crate::proto::command::command_error::Kind;
 use crate::proto::command::LeaseExpiry;
 use crate::proto::etcdserverpb::{LeaseCheckpoint, LeaseCheckpointRequest};
 use crate::store::LeaseRecord;
@@ -104,7 +105,7 @@ impl Lessor {
     /// Makes a member that just became leader time its leases now, rather than at its
     /// lessor's next tick, so that no keepalive or TTL question in between is answered
     /// as if the lease were unknown. Returns false if `node` does not lead.
-    pub async fn ensure_leading(&self, node: &Node) -> Result<bool, tonic::Status> {
+    pub async fn ensure_leading(&self, node: &Node) -> Result<bool, NodeError> {
         let Some(term) = node.leader_term() else {
             return Ok(false);
         };
@@ -190,14 +191,9 @@ impl Lessor {
 /// The live leases, read once this member has applied everything committed so far (a
 /// read index round): a new leader so starts from the last checkpoint, not an older
 /// one it had not applied yet.
-async fn committed_leases(node: &Node) -> Result<Vec<LeaseRecord>, tonic::Status> {
+async fn committed_leases(node: &Node) -> Result<Vec<LeaseRecord>, NodeError> {
     node.read_barrier().await?;
-    let store = node.store().clone();
-    node.offload()
-        .run(move || store.leases())
-        .await
-        .map_err(|e| crate::api::status::internal("lessor", &e))?
-        .map_err(crate::api::status::from_store)
+    node.read_store(|store| store.leases()).await
 }
 
 fn secs(seconds: i64) -> Duration {
@@ -210,8 +206,9 @@ fn secs(seconds: i64) -> Duration {
 }
 
 /// The lessor's loop for `node` (see the module docs); runs until the task is dropped.
-pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
-    let lessor = node.lessor().clone();
+pub async fn run(node: Arc<Node>, lessor: Arc<Lessor>, checkpoint_interval: Duration) {
+    // The expiries in flight, aborted with this loop.
+    let mut expiring = tokio::task::JoinSet::new();
     let mut ticks = tokio::time::interval(TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_checkpoint = Instant::now();
@@ -225,15 +222,16 @@ pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
         };
         match committed_leases(&node).await {
             Ok(leases) => lessor.follow_store(&leases, Some(term)),
-            Err(status) => {
-                tracing::info!(%status, "lessor cannot read leases; will retry");
+            Err(error) => {
+                tracing::info!(%error, "lessor cannot read leases; will retry");
                 continue;
             }
         }
+        while expiring.try_join_next().is_some() {}
         for id in lessor.take_expired(per_tick) {
             let node = node.clone();
             let lessor = lessor.clone();
-            tokio::spawn(async move {
+            expiring.spawn(async move {
                 let expiry = CommandRequest::LeaseExpiry(LeaseExpiry {
                     id,
                     leader_term: term,
@@ -248,9 +246,9 @@ pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
                         tracing::debug!(lease = id, "expired lease revoked");
                     }
                     // Revoked meanwhile by a client: nothing left to do.
-                    Err(status) if status.code() == tonic::Code::NotFound => {}
-                    Err(status) => {
-                        tracing::info!(lease = id, %status, "revoking an expired lease failed; will retry");
+                    Err(NodeError::Command(Kind::LeaseNotFound)) => {}
+                    Err(error) => {
+                        tracing::info!(lease = id, %error, "revoking an expired lease failed; will retry");
                         lessor.revoke_failed(id);
                     }
                 }
@@ -263,8 +261,8 @@ pub async fn run(node: Arc<Node>, checkpoint_interval: Duration) {
                 let checkpoint = CommandRequest::LeaseCheckpoint(LeaseCheckpointRequest {
                     checkpoints: chunk.to_vec(),
                 });
-                if let Err(status) = node.propose(checkpoint).await {
-                    tracing::info!(%status, "lease checkpoint failed");
+                if let Err(error) = node.propose(checkpoint).await {
+                    tracing::info!(%error, "lease checkpoint failed");
                     break;
                 }
             }

@@ -9,8 +9,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use openraft::async_runtime::WatchReceiver;
-use openraft::Instant;
 
 use crate::node::Node;
 use crate::proto::etcdserverpb::{AlarmMember, AlarmType};
@@ -43,32 +44,6 @@ pub fn request_timeout(node: &Node) -> Duration {
     Duration::from_secs(5) + 2 * node.election_timeout()
 }
 
-/// True while this member knows a leader, in etcd's sense: a follower that heard from
-/// its leader within an election timeout, or a leader that heard from a quorum within
-/// one (etcd's check-quorum makes such a leader step down).
-pub fn has_leader(node: &Node) -> bool {
-    let metrics = node.raft().metrics();
-    let metrics = metrics.borrow_watched();
-    let Some(leader) = metrics.current_leader else {
-        return false;
-    };
-    if leader != node.id() {
-        return node
-            .guard()
-            .leader_contact_age()
-            .is_some_and(|age| age < node.election_timeout());
-    }
-    let mut voters = metrics.membership_config.membership().voter_ids();
-    if voters.next() == Some(node.id()) && voters.next().is_none() {
-        // A cluster of one is its own quorum; nothing ever acknowledges it.
-        return true;
-    }
-    metrics
-        .last_quorum_acked
-        .as_ref()
-        .is_some_and(|acked| Instant::elapsed(&**acked) < node.election_timeout())
-}
-
 /// A read of this member's own store (etcd's serializable `Range` of one key).
 pub fn serializable_read(node: &Node) -> Result<(), String> {
     node.store()
@@ -81,7 +56,7 @@ pub fn serializable_read(node: &Node) -> Result<(), String> {
 pub async fn linearizable_read(node: &Node) -> Result<(), String> {
     match tokio::time::timeout(request_timeout(node), node.read_barrier()).await {
         Ok(Ok(())) => serializable_read(node),
-        Ok(Err(status)) => Err(status.message().to_string()),
+        Ok(Err(error)) => Err(error.to_string()),
         Err(_) => Err("etcdserver: request timed out".into()),
     }
 }
@@ -110,5 +85,48 @@ pub fn no_alarm(node: &Node, alarm: AlarmType) -> Result<(), String> {
         Err(format!("alarm activated: {}", alarm.as_str_name()))
     } else {
         Ok(())
+    }
+}
+
+/// The health source: probes every `period` while healthy; while not, ten times as often
+/// and at once whenever raft's state moves (a leader found, an entry applied), so that a
+/// member that just found its leader reports it promptly. Publishes whether this member
+/// can serve a linearizable read (what gRPC health serves) and sets
+/// `etcd_server_has_leader`.
+///
+/// A follower's raft state keeps naming the last leader it heard from, even after that
+/// leader died, so the member probes instead: one read index per period, the same check
+/// `etcdctl endpoint health` makes with its linearizable read. Alarms do not change it,
+/// as they do not change etcd's: a member with NOSPACE still serves reads.
+pub async fn track(
+    node: Arc<Node>,
+    period: Duration,
+    serving: tokio::sync::watch::Sender<Option<bool>>,
+) {
+    let mut raft_state = node.raft_metrics();
+    loop {
+        let now_serving = matches!(
+            tokio::time::timeout(period, linearizable_read(&node)).await,
+            Ok(Ok(()))
+        );
+        crate::metrics::server::set_has_leader(node.has_leader());
+        if *serving.borrow() != Some(now_serving) {
+            tracing::info!(serving = now_serving, "health changed");
+        }
+        // Sent every round, as the first one must be: a reader takes the newest.
+        serving.send_replace(Some(now_serving));
+        if now_serving {
+            tokio::time::sleep(period).await;
+        } else {
+            tokio::select! {
+                () = tokio::time::sleep(period / 10) => {}
+                changed = raft_state.changed() => {
+                    if changed.is_err() {
+                        // Raft stopped: nothing will change; keep the slow rhythm.
+                        tokio::time::sleep(period / 10).await;
+                    }
+                }
+            }
+        }
     }
 }

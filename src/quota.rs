@@ -1,50 +1,20 @@
-//! `--quota-backend-bytes`, as etcd enforces it: what a write would cost
-//! (`store::quota_cost`) against the revision store's size, checked where a write is
-//! proposed (etcd's `v3rpc/quota.go`) and after writes are applied (etcd's apply-time
+//! `--quota-backend-bytes` after writes are applied (etcd's apply-time
 //! `quotaApplierV3`), raising a NOSPACE alarm for this member when the quota is
-//! reached. What an active alarm refuses is the store's business (`store::alarm`).
+//! reached. Where a write is proposed (etcd's `v3rpc/quota.go`), the node checks what
+//! it would cost (`store::quota_cost`) itself (`Node::propose_command`). What an
+//! active alarm refuses is the store's business (`store::alarm`).
 //!
-//! Both weigh the store's size as sampled at most 100 ms ago (`RevisionStore::recent_size`),
-//! as etcd weighs a bbolt file that grows only when its batch commits.
+//! Both weigh the store's size as sampled at most 100 ms ago
+//! (`RevisionStore::recent_size`), as etcd weighs a bbolt file that grows only when its
+//! batch commits.
 //!
-//! This module owns only the decision to refuse or raise; it never refuses a write
-//! that costs nothing (deletes, compaction, revokes) and never disarms.
+//! This module owns only the decision to raise; it never disarms.
 
 use tokio::sync::broadcast::error::RecvError;
-use tonic::Status;
 
-use crate::api::status;
 use crate::node::Node;
-use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::etcdserverpb::AlarmType;
 use crate::proto::mvccpb::event::EventType;
-
-/// Refuses `request` with etcd's `database space exceeded` if it would take the store
-/// to the quota or past it, and raises NOSPACE for this member (through the log) so
-/// that every member refuses such writes until an operator disarms it.
-pub async fn check(node: &Node, request: &CommandRequest) -> Result<(), Status> {
-    let Some(quota) = node.limits().quota_backend_bytes else {
-        return Ok(());
-    };
-    let cost = crate::store::quota_cost(request);
-    if cost == 0 {
-        return Ok(());
-    }
-    let size = node.store().recent_size();
-    // etcd's `Available`: size + cost must stay below the quota.
-    if size.saturating_add(cost) < quota {
-        return Ok(());
-    }
-    tracing::warn!(
-        quota_size_bytes = quota,
-        size_bytes = size,
-        cost,
-        "message exceeded backend quota; raising alarm"
-    );
-    // As etcd, the refusal stands whether or not the alarm got through.
-    node.raise_alarm(AlarmType::Nospace).await;
-    Err(status::no_space())
-}
 
 /// etcd's apply-time check (`quotaApplierV3`): a member whose own store reached the
 /// quota through puts it applied (proposed elsewhere, or admitted just below the quota)

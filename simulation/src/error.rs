@@ -14,7 +14,7 @@ pub enum SimError {
     #[error("member configuration: {0}")]
     Config(String),
     #[error("member stopped: {0}")]
-    Node(#[from] quantykube::node::NodeError),
+    Node(#[from] quantykube::server::ServerError),
     #[error("member {0} stopped serving without being asked to")]
     Stopped(String),
     #[error("i/o: {0}")]

@@ -1,6 +1,6 @@
 //! `quantykube-simulation`: real QuantyKube clusters inside a turmoil simulation.
 //!
-//! Each member is a turmoil host running the production server (`quantykube::node::serve`:
+//! Each member is a turmoil host running the production server (`quantykube::server::serve`:
 //! gRPC services, openraft, the peer network, RocksDB in a per-member temporary
 //! directory) over turmoil's simulated TCP, with blocking work and WAL syncs inline and
 //! openraft's randomness seeded. Clients are turmoil hosts that speak etcd's gRPC API

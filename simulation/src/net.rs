@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 
 use http::Uri;
 use hyper_util::rt::TokioIo;
-use quantykube::node::Incoming;
+use quantykube::server::Incoming;
 use quantykube_raft::{DialFuture, Dialer, DialerError};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;

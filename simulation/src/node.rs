@@ -3,7 +3,7 @@
 //!
 //! This module owns [`NodeSpec`] (everything a host needs to start, or start again
 //! after a crash, on the same data directory) and [`run`], which parses the flags with
-//! the production parser and runs `quantykube::node::serve` with the simulation's
+//! the production parser and runs `quantykube::server::serve` with the simulation's
 //! environment: turmoil listeners and dialer, blocking work inline, the raft WAL synced
 //! inline, and openraft's randomness seeded. It must never model the server: whatever
 //! runs here is the code production runs.
@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quantykube::config::{self, Invocation};
-use quantykube::node::{self, Environment, Incomings};
 use quantykube::offload::Offload;
+use quantykube::server::{self, Environment, Incomings};
 
 use crate::error::SimError;
 use crate::net::{self, SimDialer};
@@ -107,7 +107,7 @@ pub async fn run(spec: Arc<NodeSpec>) -> Result<(), SimError> {
     let never = std::future::pending();
     quantykube_raft::with_seed(
         spec.seed,
-        node::serve(config, environment, Incomings::new(peers, clients), never),
+        server::serve(config, environment, Incomings::new(peers, clients), never),
     )
     .await?;
     Err(SimError::Stopped(spec.name.clone()))

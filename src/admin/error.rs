@@ -6,6 +6,7 @@ use thiserror::Error;
 use tonic::Status;
 
 use crate::membership::MembershipError;
+use crate::node::NodeError;
 
 #[derive(Debug, Error)]
 pub enum AdminError {
@@ -29,9 +30,13 @@ pub enum AdminError {
     /// A membership change refused by etcd's rules.
     #[error(transparent)]
     Membership(#[from] MembershipError),
-    /// The node, raft or auth refused, with etcd's own status.
+    /// The node refused (no leader, a timeout, a command's failure...).
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// Auth, etcd's services or the member a request was relayed to refused, with
+    /// etcd's own status.
     #[error("{}", .0.message())]
-    Node(#[from] Status),
+    Status(#[from] Status),
 }
 
 impl AdminError {
@@ -55,7 +60,8 @@ impl From<AdminError> for Status {
             // etcd's codes already are the guide's: a learner not caught up, a member that
             // is not a learner, a peer URL in use are FAILED_PRECONDITION.
             AdminError::Membership(refusal) => crate::api::status::from_membership(refusal),
-            AdminError::Node(status) => status,
+            AdminError::Node(refusal) => refusal.into(),
+            AdminError::Status(status) => status,
         }
     }
 }

@@ -25,7 +25,7 @@ pub async fn statuses(
     caller: &Caller,
     members: &[CurrentMember],
 ) -> Vec<MemberStatus> {
-    let metrics = node.raft().metrics().borrow_watched().clone();
+    let metrics = node.raft_metrics().borrow_watched().clone();
     let leader = metrics.current_leader;
     let committed = metrics
         .local_committed
@@ -75,10 +75,10 @@ async fn own_status(node: &Node, caller: &Caller, id: u64) -> Option<StatusRespo
         if id == node.id() {
             return local_status(node);
         }
-        let channel = node.member_channel(id).await.ok()?;
+        let channel = crate::relay::to_member(node, id).await.ok()?;
         let mut client = MaintenanceClient::new(channel);
         client
-            .status(caller.relayed(StatusRequest {}))
+            .status(crate::relay::request(StatusRequest {}, caller))
             .await
             .ok()
             .map(|r| r.into_inner())
@@ -88,7 +88,7 @@ async fn own_status(node: &Node, caller: &Caller, id: u64) -> Option<StatusRespo
 
 /// This member's own status, read in process.
 fn local_status(node: &Node) -> Option<StatusResponse> {
-    let metrics = node.raft().metrics().borrow_watched().clone();
+    let metrics = node.raft_metrics().borrow_watched().clone();
     Some(StatusResponse {
         version: node.etcd_version().to_string(),
         db_size: i64::try_from(node.store().approximate_size()).unwrap_or(i64::MAX),

@@ -9,20 +9,20 @@
 
 use std::time::Duration;
 
-use openraft::async_runtime::WatchReceiver;
-
 use tonic::transport::Channel;
 use tonic::Request;
 
-use crate::api::cluster::{added_member_id, mark, relayed};
+use crate::api::cluster::added_member_id;
 use crate::auth::Caller;
-use crate::membership::{Change, MembershipError, Outcome};
+use crate::membership::{Change, MemberChanges, MembershipError, Outcome};
 use crate::node::Node;
+use crate::node::NodeError;
 use crate::proto::admin_v1::admin_client::AdminClient;
 use crate::proto::admin_v1::{
     CreateMemberRequest, DeleteMemberRequest, DeleteOptions, ElectMemberRequest, GetMemberRequest,
     ListMembersRequest, ListMembersResponse, Member, PromoteMemberRequest, UpdateMemberRequest,
 };
+use crate::relay;
 
 use super::member_status::statuses;
 use super::records::{self, CurrentMember};
@@ -84,26 +84,26 @@ async fn leader(node: &Node, relayed: bool) -> Result<Leader, AdminError> {
         return Ok(Leader::Here);
     }
     if relayed {
-        return Err(crate::api::status::leader_changed().into());
+        return Err(NodeError::LeaderChanged.into());
     }
-    let wait = node.election_timeout() * 3;
-    let mut metrics = node.raft().metrics();
-    let known = metrics.wait_until(|m| m.current_leader.is_some());
-    let _ = tokio::time::timeout(wait, known).await;
     Ok(Leader::Relay(AdminClient::new(
-        node.leader_channel().await?,
+        relay::to_leader(node).await?,
     )))
 }
 
 /// Carries out `change` on this member, the leader.
-async fn change(node: &std::sync::Arc<Node>, change: Change) -> Result<Outcome, AdminError> {
-    let changes = node.member_changes();
+async fn change(
+    node: &std::sync::Arc<Node>,
+    changes: &MemberChanges,
+    change: Change,
+) -> Result<Outcome, AdminError> {
     changes.precheck(node, &change)?;
     Ok(changes.apply(node, change).await?)
 }
 
 pub async fn create(
     node: &std::sync::Arc<Node>,
+    changes: &MemberChanges,
     request: Request<CreateMemberRequest>,
 ) -> Result<Member, AdminError> {
     let caller = Caller::of(&request);
@@ -111,8 +111,8 @@ pub async fn create(
     let member = member.ok_or_else(|| AdminError::invalid("member", "is required"))?;
     let name = validate::identity("member.metadata", member.metadata.as_ref())?;
     let peer_urls = validate::member_urls("member.peer_urls", &member.peer_urls, true)?;
-    if let Leader::Relay(mut leader) = leader(node, relayed(&request)).await? {
-        let relayed = mark(request.into_inner(), &caller);
+    if let Leader::Relay(mut leader) = leader(node, relay::is_relayed(&request)).await? {
+        let relayed = relay::request(request.into_inner(), &caller);
         return Ok(leader.create_member(relayed).await?.into_inner());
     }
     let taken = records::current_members(node).await?;
@@ -125,7 +125,7 @@ pub async fn create(
         is_learner: true,
         name: name.clone(),
     };
-    match change(node, add).await {
+    match change(node, changes, add).await {
         Err(AdminError::Membership(MembershipError::NameExists)) => {
             return Err(already_exists(name))
         }
@@ -144,6 +144,7 @@ fn already_exists(name: String) -> AdminError {
 
 pub async fn update(
     node: &std::sync::Arc<Node>,
+    changes: &MemberChanges,
     request: Request<UpdateMemberRequest>,
 ) -> Result<Member, AdminError> {
     let caller = Caller::of(&request);
@@ -167,8 +168,8 @@ pub async fn update(
     }
     validate::guards("member.metadata", &uid, version)?;
     let peer_urls = validate::member_urls("member.peer_urls", &member.peer_urls, true)?;
-    if let Leader::Relay(mut leader) = leader(node, relayed(&request)).await? {
-        let relayed = mark(request.into_inner(), &caller);
+    if let Leader::Relay(mut leader) = leader(node, relay::is_relayed(&request)).await? {
+        let relayed = relay::request(request.into_inner(), &caller);
         return Ok(leader.update_member(relayed).await?.into_inner());
     }
     let current = records::current_member(node, &name).await?;
@@ -178,7 +179,7 @@ pub async fn update(
             id: current.described.member_id,
             peer_urls,
         };
-        change(node, update).await?;
+        change(node, changes, update).await?;
     }
     records::sync_now(node).await?;
     one(node, &caller, &name).await
@@ -186,14 +187,15 @@ pub async fn update(
 
 pub async fn delete(
     node: &std::sync::Arc<Node>,
+    changes: &MemberChanges,
     request: Request<DeleteMemberRequest>,
 ) -> Result<Member, AdminError> {
     let caller = Caller::of(&request);
     let name = validate::object_ref("member", request.get_ref().member.as_ref())?;
     let options = request.get_ref().options.clone().unwrap_or_default();
     validate::guards("options", &options.uid, options.version)?;
-    if let Leader::Relay(mut leader) = leader(node, relayed(&request)).await? {
-        let relayed = mark(request.into_inner(), &caller);
+    if let Leader::Relay(mut leader) = leader(node, relay::is_relayed(&request)).await? {
+        let relayed = relay::request(request.into_inner(), &caller);
         return Ok(leader.delete_member(relayed).await?.into_inner());
     }
     let current = records::current_member(node, &name).await?;
@@ -202,13 +204,15 @@ pub async fn delete(
     let remove = Change::Remove {
         id: current.described.member_id,
     };
-    if let Outcome::HandedOver = change(node, remove).await? {
+    if let Outcome::HandedOver = change(node, changes, remove).await? {
         // This member led and is the one removed: the new leader removes it. The
         // guards were claimed here already, so the request goes on without them.
         let mut unguarded = request.into_inner();
         unguarded.options = Some(DeleteOptions::default());
-        let mut leader = AdminClient::new(node.leader_channel().await?);
-        leader.delete_member(mark(unguarded, &caller)).await?;
+        let mut leader = AdminClient::new(relay::to_leader(node).await?);
+        leader
+            .delete_member(relay::request(unguarded, &caller))
+            .await?;
     } else {
         records::sync_now(node).await?;
     }
@@ -220,31 +224,33 @@ pub async fn delete(
 
 pub async fn promote(
     node: &std::sync::Arc<Node>,
+    changes: &MemberChanges,
     request: Request<PromoteMemberRequest>,
 ) -> Result<Member, AdminError> {
     let caller = Caller::of(&request);
     let name = validate::object_ref("member", request.get_ref().member.as_ref())?;
-    if let Leader::Relay(mut leader) = leader(node, relayed(&request)).await? {
-        let relayed = mark(request.into_inner(), &caller);
+    if let Leader::Relay(mut leader) = leader(node, relay::is_relayed(&request)).await? {
+        let relayed = relay::request(request.into_inner(), &caller);
         return Ok(leader.promote_member(relayed).await?.into_inner());
     }
     let current = records::current_member(node, &name).await?;
     let promote = Change::Promote {
         id: current.described.member_id,
     };
-    change(node, promote).await?;
+    change(node, changes, promote).await?;
     records::sync_now(node).await?;
     one(node, &caller, &name).await
 }
 
 pub async fn elect(
     node: &std::sync::Arc<Node>,
+    changes: &MemberChanges,
     request: Request<ElectMemberRequest>,
 ) -> Result<Member, AdminError> {
     let caller = Caller::of(&request);
     let name = validate::object_ref("member", request.get_ref().member.as_ref())?;
-    if let Leader::Relay(mut leader) = leader(node, relayed(&request)).await? {
-        let relayed = mark(request.into_inner(), &caller);
+    if let Leader::Relay(mut leader) = leader(node, relay::is_relayed(&request)).await? {
+        let relayed = relay::request(request.into_inner(), &caller);
         return Ok(leader.elect_member(relayed).await?.into_inner());
     }
     let current = records::current_member(node, &name).await?;
@@ -253,7 +259,7 @@ pub async fn elect(
             "member {name:?} is a learner: only a voter can lead"
         )));
     }
-    node.member_changes()
+    changes
         .move_leader(node, current.described.member_id, ELECT_TIMEOUT)
         .await?;
     one(node, &caller, &name).await

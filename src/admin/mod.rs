@@ -28,6 +28,7 @@ pub use error::AdminError;
 
 use crate::api::authorized;
 use crate::auth::{Action, Caller};
+use crate::membership::MemberChanges;
 use crate::node::Node;
 use crate::proto::admin_v1::admin_server::Admin;
 use crate::proto::admin_v1::{
@@ -39,11 +40,13 @@ use crate::proto::admin_v1::{
 
 pub struct AdminService {
     node: Arc<Node>,
+    /// Membership changes, which member writes carry out.
+    changes: Arc<MemberChanges>,
 }
 
 impl AdminService {
-    pub fn new(node: Arc<Node>) -> Self {
-        AdminService { node }
+    pub fn new(node: Arc<Node>, changes: Arc<MemberChanges>) -> Self {
+        AdminService { node, changes }
     }
 
     /// Every method is root's when auth is on.
@@ -80,7 +83,7 @@ impl Admin for AdminService {
         request: Request<CreateMemberRequest>,
     ) -> Result<Response<Member>, Status> {
         self.root(&request).await?;
-        answer(members::create(&self.node, request).await)
+        answer(members::create(&self.node, &self.changes, request).await)
     }
 
     async fn update_member(
@@ -88,7 +91,7 @@ impl Admin for AdminService {
         request: Request<UpdateMemberRequest>,
     ) -> Result<Response<Member>, Status> {
         self.root(&request).await?;
-        answer(members::update(&self.node, request).await)
+        answer(members::update(&self.node, &self.changes, request).await)
     }
 
     async fn delete_member(
@@ -96,7 +99,7 @@ impl Admin for AdminService {
         request: Request<DeleteMemberRequest>,
     ) -> Result<Response<Member>, Status> {
         self.root(&request).await?;
-        answer(members::delete(&self.node, request).await)
+        answer(members::delete(&self.node, &self.changes, request).await)
     }
 
     async fn promote_member(
@@ -104,7 +107,7 @@ impl Admin for AdminService {
         request: Request<PromoteMemberRequest>,
     ) -> Result<Response<Member>, Status> {
         self.root(&request).await?;
-        answer(members::promote(&self.node, request).await)
+        answer(members::promote(&self.node, &self.changes, request).await)
     }
 
     async fn elect_member(
@@ -112,7 +115,7 @@ impl Admin for AdminService {
         request: Request<ElectMemberRequest>,
     ) -> Result<Response<Member>, Status> {
         self.root(&request).await?;
-        answer(members::elect(&self.node, request).await)
+        answer(members::elect(&self.node, &self.changes, request).await)
     }
 
     async fn get_snapshot(

@@ -6,8 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::node::Node;
+use crate::node::{Node, NodeError};
 use crate::proto::command::command::Request as CommandRequest;
+use crate::proto::command::command_error::Kind;
 use crate::proto::command::{MemberGuard, MemberRecord, SyncMemberRecords};
 use crate::store::member_records::{self, Described};
 
@@ -133,10 +134,10 @@ pub async fn claim(
         unknown_fields: unknown_fields.unwrap_or_default().to_vec().into(),
     };
     match sync(node, &described, &records, Some(guard)).await {
-        Err(AdminError::Node(status)) if status.code() == tonic::Code::Aborted => {
+        Err(AdminError::Node(NodeError::Command(Kind::VersionMismatch))) => {
             Err(aborted(name, "version"))
         }
-        Err(AdminError::Node(status)) if status.code() == tonic::Code::NotFound => {
+        Err(AdminError::Node(NodeError::Command(Kind::ResourceNotFound))) => {
             Err(AdminError::NotFound {
                 kind: "member",
                 name,
@@ -155,11 +156,12 @@ fn aborted(name: String, guard: &'static str) -> AdminError {
 }
 
 async fn read(node: &Node) -> Result<(Vec<Described>, BTreeMap<u64, MemberRecord>), AdminError> {
-    Ok(crate::api::read_store(node, |store| {
-        Ok((
-            member_records::describe_members(store)?,
-            member_records::read_member_records(store)?,
-        ))
-    })
-    .await?)
+    Ok(node
+        .read_store(|store| {
+            Ok((
+                member_records::describe_members(store)?,
+                member_records::read_member_records(store)?,
+            ))
+        })
+        .await?)
 }

@@ -22,10 +22,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Status};
 
-use crate::api::cluster::{mark, relayed};
 use crate::auth::Caller;
 use crate::backup::export::{self, SnapshotSink};
-use crate::node::Node;
+use crate::node::{Node, NodeError};
 use crate::proto::admin_v1::admin_client::AdminClient;
 use crate::proto::admin_v1::{
     CreateSnapshotRequest, DeleteSnapshotRequest, DownloadSnapshotRequest,
@@ -34,8 +33,10 @@ use crate::proto::admin_v1::{
 };
 use crate::proto::command::change_snapshot_record::Change;
 use crate::proto::command::command::Request as CommandRequest;
+use crate::proto::command::command_error::Kind;
 use crate::proto::command::command_result::Result as Outcome;
 use crate::proto::command::{ChangeSnapshotRecord, SnapshotGuard, SnapshotRecord};
+use crate::relay;
 use crate::store::snapshot_records;
 
 use super::{paging, records, resource, validate, AdminError};
@@ -71,7 +72,9 @@ fn file_of(node: &Node, record: &SnapshotRecord) -> PathBuf {
 
 async fn all_records(node: &Node) -> Result<Vec<SnapshotRecord>, AdminError> {
     node.read_barrier().await?;
-    Ok(crate::api::read_store(node, snapshot_records::read_snapshot_records).await?)
+    Ok(node
+        .read_store(snapshot_records::read_snapshot_records)
+        .await?)
 }
 
 async fn record(node: &Node, name: &str) -> Result<SnapshotRecord, AdminError> {
@@ -192,7 +195,7 @@ pub async fn create(
         writing().remove(&uid);
     }
     let created = match proposed {
-        Err(AdminError::Node(status)) if status.code() == tonic::Code::AlreadyExists => {
+        Err(AdminError::Node(NodeError::Command(Kind::ResourceExists))) => {
             return Err(AdminError::AlreadyExists {
                 kind: "snapshot",
                 name,
@@ -315,7 +318,7 @@ pub async fn delete(
         version: options.version,
     };
     let deleted = match change(node, Change::Delete(guard)).await {
-        Err(AdminError::Node(status)) if status.code() == tonic::Code::Aborted => {
+        Err(AdminError::Node(NodeError::Command(Kind::VersionMismatch))) => {
             let guard = if options.uid.is_empty() {
                 "version"
             } else {
@@ -327,7 +330,7 @@ pub async fn delete(
                 guard,
             });
         }
-        Err(AdminError::Node(status)) if status.code() == tonic::Code::NotFound => {
+        Err(AdminError::Node(NodeError::Command(Kind::ResourceNotFound))) => {
             return Err(not_found(&name))
         }
         other => other?.ok_or_else(|| not_found(&name))?,
@@ -341,7 +344,9 @@ pub async fn delete(
 /// FAILED the snapshots it was writing when it stopped.
 async fn sweep(node: &Node) {
     let dir = node.admin_snapshot_dir().to_path_buf();
-    let Ok(records) = crate::api::read_store(node, snapshot_records::read_snapshot_records).await
+    let Ok(records) = node
+        .read_store(snapshot_records::read_snapshot_records)
+        .await
     else {
         return;
     };
@@ -402,19 +407,21 @@ pub async fn download(
         )));
     }
     if record.member_id != node.id() {
-        if relayed(&request) {
+        if relay::is_relayed(&request) {
             return Err(AdminError::FailedPrecondition(format!(
                 "snapshot {name:?} is not on this member"
             )));
         }
-        let channel = node.member_channel(record.member_id).await.map_err(|_| {
-            AdminError::FailedPrecondition(format!(
-                "the member holding snapshot {name:?} cannot be reached"
-            ))
-        })?;
+        let channel = relay::to_member(node, record.member_id)
+            .await
+            .map_err(|_| {
+                AdminError::FailedPrecondition(format!(
+                    "the member holding snapshot {name:?} cannot be reached"
+                ))
+            })?;
         let stream = AdminClient::new(channel)
             .max_decoding_message_size(usize::MAX)
-            .download_snapshot(mark(request.into_inner(), &caller))
+            .download_snapshot(relay::request(request.into_inner(), &caller))
             .await?
             .into_inner();
         return Ok(Box::pin(stream));

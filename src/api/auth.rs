@@ -34,7 +34,7 @@ impl AuthService {
     }
 
     fn header(&self) -> Result<ResponseHeader, Status> {
-        super::current_header(&self.node)
+        Ok(self.node.current_header()?)
     }
 
     /// Proposes an administrative change for `caller` (root only once auth is on).
@@ -52,7 +52,7 @@ impl AuthService {
     /// committed before it.
     async fn before_read(&self, caller: &Caller, action: Action<'_>) -> Result<(), Status> {
         authorized::check(&self.node, caller, &[action]).await?;
-        self.node.read_barrier().await
+        Ok(self.node.read_barrier().await?)
     }
 
     /// A new password's hash, as it travels in the log; off the async workers.
@@ -188,10 +188,10 @@ impl Auth for AuthService {
                 })),
             };
             match self.node.propose_command(&command).await {
-                Err(refusal) if status::is_auth_old_revision(&refusal) => {
+                Err(refusal) if refusal.is_auth_old_revision() => {
                     self.node.read_barrier().await?;
                 }
-                Err(refusal) => return Err(refusal),
+                Err(refusal) => return Err(refusal.into()),
                 Ok(Some(Outcome::Auth(applied))) => {
                     let token = self
                         .node

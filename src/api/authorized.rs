@@ -92,12 +92,12 @@ pub async fn propose(
         command.auth_revision = grant.revision;
         command.auth_checked = grant.checked;
         match node.propose_command(&command).await {
-            Err(refusal) if status::is_auth_old_revision(&refusal) => {
+            Err(refusal) if refusal.is_auth_old_revision() => {
                 // The change was applied where the command was; wait until it is
                 // here too, or the next attempt would be decided on the old store.
                 node.read_barrier().await?;
             }
-            outcome => return outcome,
+            outcome => return Ok(outcome?),
         }
     }
     Err(status::from_auth(AuthError::AuthOldRevision))

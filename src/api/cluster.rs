@@ -8,7 +8,6 @@
 //! leader it finds next, a bounded number of times, before passing it to the client.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 use sha1::{Digest, Sha1};
@@ -17,8 +16,8 @@ use tonic::{Request, Response, Status};
 
 use super::{authorized, status};
 use crate::auth::{Action, Caller};
-use crate::membership::{Change, MembershipError, Outcome};
-use crate::node::Node;
+use crate::membership::{Change, MemberChanges, MembershipError, Outcome};
+use crate::node::{Node, NodeError};
 use crate::proto::etcdserverpb::cluster_client::ClusterClient;
 use crate::proto::etcdserverpb::cluster_server::Cluster;
 use crate::proto::etcdserverpb::{
@@ -26,15 +25,15 @@ use crate::proto::etcdserverpb::{
     MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
     MemberUpdateRequest, MemberUpdateResponse, ResponseHeader,
 };
+use crate::relay;
 use crate::store;
 
-/// Metadata on a request one member relays to the leader.
-pub const RELAYED: &str = "x-quantykube-relayed";
 /// How many times a change moves on after the leader changed under it.
 const ATTEMPTS: usize = 3;
 
 pub struct ClusterService {
     node: Arc<Node>,
+    changes: Arc<MemberChanges>,
 }
 
 /// Where a change is carried out.
@@ -52,13 +51,13 @@ enum Carried<R> {
 }
 
 impl ClusterService {
-    pub fn new(node: Arc<Node>) -> Self {
-        ClusterService { node }
+    pub fn new(node: Arc<Node>, changes: Arc<MemberChanges>) -> Self {
+        ClusterService { node, changes }
     }
 
     /// Every member of the applied membership, with what it published about itself.
     pub fn members(node: &Node) -> Result<Vec<Member>, Status> {
-        let metrics = node.raft().metrics().borrow_watched().clone();
+        let metrics = node.raft_metrics().borrow_watched().clone();
         Self::members_in(node, metrics.membership_config.membership())
     }
 
@@ -116,10 +115,16 @@ impl ClusterService {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.on_leader(relayed, change.clone()).await? {
+            let done = self
+                .on_leader(relayed, change.clone())
+                .await
+                .map_err(|refused| refused.into_status(relayed))?;
+            match done {
                 Done::Here(committed) => return Ok(Carried::Here(committed)),
                 Done::Relay(leader) => match send(leader).await {
-                    Err(answer) if attempt < ATTEMPTS && is_leader_changed(&answer) => {
+                    Err(answer)
+                        if attempt < ATTEMPTS && relay::answered_leader_changed(&answer) =>
+                    {
                         tokio::time::sleep(self.node.election_timeout()).await;
                     }
                     answer => return answer.map(Carried::Relayed),
@@ -136,8 +141,8 @@ impl ClusterService {
 
     /// Carries out `change` here if this member leads; otherwise (or once this member
     /// handed leadership over) returns the leader to relay the request to.
-    async fn on_leader(&self, relayed: bool, change: Change) -> Result<Done, Status> {
-        let changes = self.node.member_changes();
+    async fn on_leader(&self, relayed: bool, change: Change) -> Result<Done, Refused> {
+        let changes = &self.changes;
         // A follower's members may lag the leader's: a learner whose addition a client
         // was just told of, or a removal that freed a peer URL, may not be applied here
         // yet. So a member that does not lead checks only what etcd checks on the
@@ -145,7 +150,7 @@ impl ClusterService {
         // judges where raft's progress is known) and relays the rest to its leader.
         changes
             .precheck(&self.node, &change)
-            .map_err(status::from_membership)?;
+            .map_err(Refused::Membership)?;
         // A member that handed leadership over relays once more, even a relayed request:
         // the new leader never hands it back, so this cannot loop.
         let mut handed_over = false;
@@ -161,54 +166,47 @@ impl ClusterService {
                     // proposed it): asking again is safe, relayed or not; a member that
                     // no longer leads then answers below.
                     Err(MembershipError::LeaderChanged) => continue,
-                    Err(error) => return Err(status::from_membership(error)),
+                    Err(error) => return Err(Refused::Membership(error)),
                 }
             }
             if relayed && !handed_over {
-                return Err(status::leader_changed());
+                return Err(Refused::Membership(MembershipError::LeaderChanged));
             }
-            return match self.leader().await {
+            return match relay::to_leader(&self.node).await {
                 Ok(leader) => Ok(Done::Relay(ClusterClient::new(leader))),
                 // As etcd's member that is not connected to its peers: a change the
                 // quorum protections guard is refused as unhealthy.
                 Err(_) if changes.guards_quorum(&self.node, &change) => {
-                    Err(status::from_membership(MembershipError::Unhealthy))
+                    Err(Refused::Membership(MembershipError::Unhealthy))
                 }
-                Err(no_leader) => Err(no_leader),
+                Err(no_leader) => Err(Refused::Node(no_leader)),
             };
         }
-        Err(status::leader_changed())
-    }
-
-    /// A channel to the leader, once one is known (within a few election timeouts).
-    async fn leader(&self) -> Result<Channel, Status> {
-        let wait = self.node.election_timeout() * 3;
-        let mut metrics = self.node.raft().metrics();
-        let known = metrics.wait_until(|m| m.current_leader.is_some());
-        let _ = tokio::time::timeout(wait, known).await;
-        self.node.leader_channel().await
+        Err(Refused::Membership(MembershipError::LeaderChanged))
     }
 }
 
-fn is_leader_changed(answer: &Status) -> bool {
-    let changed = status::leader_changed();
-    answer.code() == changed.code() && answer.message() == changed.message()
+/// Why a change was not carried out nor relayed.
+enum Refused {
+    Membership(MembershipError),
+    Node(NodeError),
 }
 
-/// True for a request another member relayed here.
-pub(crate) fn relayed<T>(request: &Request<T>) -> bool {
-    request.metadata().contains_key(RELAYED)
-}
-
-/// `message` as a request relayed to the leader: marked, so it is never relayed again,
-/// and carrying the caller's token, so that the leader authorises the same caller.
-pub(crate) fn mark<T>(message: T, caller: &Caller) -> Request<T> {
-    let mut request = caller.relayed(message);
-    request
-        .metadata_mut()
-        .insert(RELAYED, tonic::metadata::MetadataValue::from_static("1"));
-    request.set_timeout(Duration::from_secs(30));
-    request
+impl Refused {
+    /// etcd's status; `leader changed` marked for a member that relayed the request, so
+    /// that it asks the new leader.
+    fn into_status(self, relayed: bool) -> Status {
+        match self {
+            Refused::Membership(MembershipError::LeaderChanged)
+            | Refused::Node(NodeError::LeaderChanged)
+                if relayed =>
+            {
+                relay::mark_leader_changed(status::leader_changed())
+            }
+            Refused::Membership(error) => status::from_membership(error),
+            Refused::Node(error) => error.into(),
+        }
+    }
 }
 
 /// etcd's `types.NewURLs`: each URL is `scheme://host:port` with a scheme etcd knows
@@ -251,7 +249,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
-        let relayed = relayed(&request);
+        let relayed = relay::is_relayed(&request);
         let caller = Caller::of(&request);
         authorized::check(&self.node, &caller, &[Action::Admin]).await?;
         let req = request.into_inner();
@@ -267,7 +265,7 @@ impl Cluster for ClusterService {
             name: String::new(),
         };
         let send = |mut leader: ClusterClient<Channel>| {
-            let request = mark(req.clone(), &caller);
+            let request = relay::request(req.clone(), &caller);
             async move { Ok(leader.member_add(request).await?.into_inner()) }
         };
         let response = match self.carry_out(relayed, change, send).await? {
@@ -294,13 +292,13 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
-        let relayed = relayed(&request);
+        let relayed = relay::is_relayed(&request);
         let caller = Caller::of(&request);
         authorized::check(&self.node, &caller, &[Action::Admin]).await?;
         let req = request.into_inner();
         let change = Change::Remove { id: req.id };
         let send = |mut leader: ClusterClient<Channel>| {
-            let request = mark(req, &caller);
+            let request = relay::request(req, &caller);
             async move { Ok(leader.member_remove(request).await?.into_inner().members) }
         };
         let members = match self.carry_out(relayed, change, send).await? {
@@ -317,7 +315,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
-        let relayed = relayed(&request);
+        let relayed = relay::is_relayed(&request);
         let caller = Caller::of(&request);
         authorized::check(&self.node, &caller, &[Action::Admin]).await?;
         let req = request.into_inner();
@@ -327,7 +325,7 @@ impl Cluster for ClusterService {
             peer_urls: urls,
         };
         let send = |mut leader: ClusterClient<Channel>| {
-            let request = mark(req.clone(), &caller);
+            let request = relay::request(req.clone(), &caller);
             async move { Ok(leader.member_update(request).await?.into_inner().members) }
         };
         let members = match self.carry_out(relayed, change, send).await? {
@@ -359,13 +357,13 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
-        let relayed = relayed(&request);
+        let relayed = relay::is_relayed(&request);
         let caller = Caller::of(&request);
         authorized::check(&self.node, &caller, &[Action::Admin]).await?;
         let req = request.into_inner();
         let change = Change::Promote { id: req.id };
         let send = |mut leader: ClusterClient<Channel>| {
-            let request = mark(req, &caller);
+            let request = relay::request(req, &caller);
             async move { Ok(leader.member_promote(request).await?.into_inner().members) }
         };
         let members = match self.carry_out(relayed, change, send).await? {

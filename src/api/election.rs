@@ -11,9 +11,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::status;
+use crate::api::concurrency::election::{self as elections, Leadership};
+use crate::api::concurrency::{cancel, observe, Services};
 use crate::auth::Caller;
-use crate::concurrency::election::{self as elections, Leadership};
-use crate::concurrency::{cancel, observe, Services};
 use crate::proto::v3electionpb::election_server::Election;
 use crate::proto::v3electionpb::{
     CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse, ProclaimRequest,

@@ -105,7 +105,7 @@ impl KvService {
             let _readable = self.node.store().readable().await;
             self.node.store().range(&req).map_err(status::from_store)?
         } else {
-            super::read_store(&self.node, move |store| store.range(&req)).await?
+            self.node.read_store(move |store| store.range(&req)).await?
         };
         authorized::confirm(&self.node, grant)?;
         Ok(self.complete(response))
@@ -141,8 +141,10 @@ impl KvService {
                 self.node.read_barrier().await?;
             }
             let grant = authorized::check(&self.node, caller, &[Action::Txn(&req)]).await?;
-            let response =
-                super::read_store(&self.node, move |store| store.read_only_txn(&req)).await?;
+            let response = self
+                .node
+                .read_store(move |store| store.read_only_txn(&req))
+                .await?;
             authorized::confirm(&self.node, grant)?;
             response
         } else {

@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{authorized, status};
 use crate::auth::{Action, Caller};
+use crate::lessor::Lessor;
 use crate::node::Node;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
@@ -38,23 +39,24 @@ type KeepAliveStream =
 
 pub struct LeaseService {
     node: Arc<Node>,
+    lessor: Arc<Lessor>,
     /// The low bits of the next server-chosen id.
     next_id: AtomicI64,
 }
 
 impl LeaseService {
-    pub fn new(node: Arc<Node>) -> Self {
+    pub fn new(node: Arc<Node>, lessor: Arc<Lessor>) -> Self {
         // Start past anything this member chose before a restart: the applied index
         // only grows.
         let start = node
-            .raft()
-            .metrics()
+            .raft_metrics()
             .borrow_watched()
             .last_applied
             .map_or(0, |log_id| log_id.index as i64)
             << 10;
         LeaseService {
             node,
+            lessor,
             next_id: AtomicI64::new(start),
         }
     }
@@ -120,14 +122,18 @@ impl LeaseService {
 
 /// A keepalive answered here, on the leader: the lease's TTL, 0 if it is unknown or
 /// expired. `None` if this member does not lead (the caller relays it).
-async fn keep_alive_on_leader(node: &Node, id: i64) -> Result<Option<i64>, Status> {
-    if !node.lessor().ensure_leading(node).await? {
+async fn keep_alive_on_leader(
+    node: &Node,
+    lessor: &Lessor,
+    id: i64,
+) -> Result<Option<i64>, Status> {
+    if !lessor.ensure_leading(node).await? {
         return Ok(None);
     }
     let Some(lease) = node.store().lease(id).map_err(status::from_store)? else {
         return Ok(Some(0));
     };
-    if !node.lessor().renew(&lease) {
+    if !lessor.renew(&lease) {
         // Expired (its revoke is on its way), or this member just stopped leading.
         return Ok(node.is_leader().then_some(0));
     }
@@ -140,7 +146,7 @@ async fn keep_alive_on_leader(node: &Node, id: i64) -> Result<Option<i64>, Statu
     // A checkpoint says less than a whole TTL, and a new leader would believe it:
     // reset it through the log before promising the whole TTL. Taking the log order
     // first makes a checkpoint computed before the renewal visible here.
-    let _in_order = node.lessor().log_order().lock().await;
+    let _in_order = lessor.log_order().lock().await;
     let Some(lease) = node.store().lease(id).map_err(status::from_store)? else {
         return Ok(Some(0));
     };
@@ -168,21 +174,25 @@ pub(crate) async fn attached_keys(node: &Node, lease: i64) -> Result<Vec<bytes::
 /// else by the leader through one relayed stream, reopened after a leader change.
 async fn serve_keep_alives(
     node: Arc<Node>,
+    lessor: Arc<Lessor>,
     mut requests: Streaming<LeaseKeepAliveRequest>,
     out: mpsc::Sender<Result<LeaseKeepAliveResponse, Status>>,
 ) {
     let mut relay: Option<Relay> = None;
     while let Some(Ok(request)) = requests.next().await {
-        let answer = match keep_alive_on_leader(&node, request.id).await {
-            // etcd fills the header at the current revision, as for any answer.
-            Ok(Some(ttl)) => super::current_header(&node).map(|header| LeaseKeepAliveResponse {
-                header: Some(header),
-                id: request.id,
-                ttl,
-            }),
-            Ok(None) => relay_keep_alive(&node, &mut relay, request).await,
-            Err(status) => Err(status),
-        };
+        let answer =
+            match keep_alive_on_leader(&node, &lessor, request.id).await {
+                // etcd fills the header at the current revision, as for any answer.
+                Ok(Some(ttl)) => node.current_header().map_err(Status::from).map(|header| {
+                    LeaseKeepAliveResponse {
+                        header: Some(header),
+                        id: request.id,
+                        ttl,
+                    }
+                }),
+                Ok(None) => relay_keep_alive(&node, &mut relay, request).await,
+                Err(status) => Err(status),
+            };
         let failed = answer.is_err();
         if out.send(answer).await.is_err() || failed {
             return;
@@ -204,7 +214,7 @@ async fn relay_keep_alive(
     // One retry on a fresh stream: the leader may have changed since the last one.
     for _ in 0..2 {
         if relay.is_none() {
-            let channel = node.leader_channel().await?;
+            let channel = crate::relay::to_leader(node).await?;
             let (requests, upstream) = mpsc::channel(QUEUED_ANSWERS);
             let answers = LeaseClient::new(channel)
                 .lease_keep_alive(ReceiverStream::new(upstream))
@@ -268,6 +278,7 @@ impl Lease for LeaseService {
         let (out, answers) = mpsc::channel(QUEUED_ANSWERS);
         tokio::spawn(serve_keep_alives(
             self.node.clone(),
+            self.lessor.clone(),
             request.into_inner(),
             out,
         ));
@@ -287,12 +298,12 @@ impl Lease for LeaseService {
         }
         // etcd 3.7: any user, but with auth on a user.
         authorized::check(&self.node, &caller, &[Action::LoggedIn]).await?;
-        let leading = self.node.lessor().ensure_leading(&self.node).await?;
+        let leading = self.lessor.ensure_leading(&self.node).await?;
         if !leading {
-            let channel = self.node.leader_channel().await?;
+            let channel = crate::relay::to_leader(&self.node).await?;
             // The leader decides again, for the same caller.
             return LeaseClient::new(channel)
-                .lease_time_to_live(caller.relayed(request))
+                .lease_time_to_live(crate::relay::request(request, &caller))
                 .await;
         }
         let store = self.node.store();
@@ -312,8 +323,7 @@ impl Lease for LeaseService {
         };
         // Not timed yet (granted since the lessor last looked): what the store says.
         let remaining = self
-            .node
-            .lessor()
+            .lessor
             .remaining(lease.id)
             .unwrap_or(lease.starting_ttl());
         Ok(Response::new(LeaseTimeToLiveResponse {

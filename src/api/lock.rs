@@ -5,8 +5,8 @@
 use tonic::{Request, Response, Status};
 
 use super::status;
+use crate::api::concurrency::{cancel, mutex, Services};
 use crate::auth::Caller;
-use crate::concurrency::{cancel, mutex, Services};
 use crate::proto::v3lockpb::lock_server::Lock;
 use crate::proto::v3lockpb::{LockRequest, LockResponse, UnlockRequest, UnlockResponse};
 

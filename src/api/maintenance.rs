@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 
 use super::{authorized, status};
 use crate::auth::{Action, Caller};
-use crate::node::Node;
+use crate::node::{Node, NodeError};
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
 use crate::proto::etcdserverpb::alarm_request::AlarmAction;
@@ -23,6 +23,7 @@ use crate::proto::etcdserverpb::{
     MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, SnapshotRequest, StatusRequest,
     StatusResponse,
 };
+use crate::store::StoreError;
 
 /// How long a leader transfer may take before etcd's timeout error.
 const MOVE_LEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -31,15 +32,16 @@ const STATUS_READ_INDEX_WAIT: std::time::Duration = std::time::Duration::from_mi
 
 pub struct MaintenanceService {
     node: Arc<Node>,
+    beside: super::Beside,
 }
 
 impl MaintenanceService {
-    pub fn new(node: Arc<Node>) -> Self {
-        MaintenanceService { node }
+    pub fn new(node: Arc<Node>, beside: super::Beside) -> Self {
+        MaintenanceService { node, beside }
     }
 
     fn header(&self) -> Result<ResponseHeader, Status> {
-        super::current_header(&self.node)
+        Ok(self.node.current_header()?)
     }
 
     /// Root only once auth is on (etcd 3.6's MoveLeader and Downgrade).
@@ -80,7 +82,7 @@ impl Maintenance for MaintenanceService {
         // Status must answer without a leader too, so the read index is best effort: with
         // one, every member reports the revision of everything committed so far.
         let _ = tokio::time::timeout(STATUS_READ_INDEX_WAIT, self.node.read_barrier()).await;
-        let metrics = self.node.raft().metrics().borrow_watched().clone();
+        let metrics = self.node.raft_metrics().borrow_watched().clone();
         let is_learner = self.node.is_learner();
         let store = self.node.store();
         let size = |bytes: u64| i64::try_from(bytes).unwrap_or(i64::MAX);
@@ -88,7 +90,7 @@ impl Maintenance for MaintenanceService {
         let applied_index = metrics.last_applied.map_or(0, |l| l.index);
         let mut errors = Vec::new();
         if leader == 0 {
-            errors.push(status::no_leader().message().to_string());
+            errors.push(NodeError::NoLeader.to_string());
         }
         // etcd lists every member's alarms, each as Go prints an AlarmMember.
         errors.extend(store.alarms().iter().map(crate::store::alarm_text));
@@ -124,7 +126,7 @@ impl Maintenance for MaintenanceService {
 
     async fn hash(&self, request: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
         self.maintainer(&request).await?;
-        let (hash, revision) = super::read_store(&self.node, |store| store.hash_all()).await?;
+        let (hash, revision) = self.node.read_store(|store| store.hash_all()).await?;
         Ok(Response::new(HashResponse {
             header: Some(self.node.header_at(revision)),
             hash,
@@ -137,12 +139,15 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<HashKvResponse>, Status> {
         self.maintainer(&request).await?;
         let revision = request.get_ref().revision;
-        let hashed = match super::read_store(&self.node, move |store| store.hash_kv(revision)).await
+        let hashed = match self
+            .node
+            .read_store(move |store| store.hash_kv(revision))
+            .await
         {
             // etcd 3.6 answers a compacted revision with the hash it recorded at that
             // compaction, when it has one (the compaction-hash check's).
-            Err(status) if status.message() == super::status::COMPACTED => {
-                match self.node.compaction_hashes().get(revision) {
+            Err(NodeError::Store(StoreError::Compacted)) => {
+                match self.beside.compaction_hashes.get(revision) {
                     Some(recorded) => crate::store::KvHash {
                         current: self
                             .node
@@ -151,7 +156,7 @@ impl Maintenance for MaintenanceService {
                             .map_err(super::status::from_store)?,
                         ..recorded
                     },
-                    None => return Err(status),
+                    None => return Err(status::compacted()),
                 }
             }
             other => other?,
@@ -169,19 +174,19 @@ impl Maintenance for MaintenanceService {
         request: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
         let caller = self.admin(&request).await?;
-        let relayed = super::cluster::relayed(&request);
+        let relayed = crate::relay::is_relayed(&request);
         let target = request.get_ref().target_id;
         if self.node.is_leader() {
-            self.node
-                .member_changes()
+            self.beside
+                .changes
                 .move_leader(&self.node, target, MOVE_LEADER_TIMEOUT)
                 .await
                 .map_err(status::from_membership)?;
         } else if relayed {
             return Err(status::not_leader());
         } else {
-            MaintenanceClient::new(self.node.leader_channel().await?)
-                .move_leader(super::cluster::mark(request.into_inner(), &caller))
+            MaintenanceClient::new(crate::relay::to_leader(&self.node).await?)
+                .move_leader(crate::relay::request(request.into_inner(), &caller))
                 .await?;
         }
         Ok(Response::new(MoveLeaderResponse {

@@ -10,6 +10,7 @@ pub mod authorized;
 pub mod cluster;
 pub mod codec;
 pub mod compat_layer;
+pub mod concurrency;
 pub mod downgrade;
 pub mod election;
 pub mod health;
@@ -26,12 +27,14 @@ pub mod watch;
 
 use std::sync::Arc;
 
-use tonic::service::Routes;
+use tonic::service::{Routes, RoutesBuilder};
 use tonic::transport::Server;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
+use crate::corruption::compaction_hash::CompactionHashes;
+use crate::lessor::Lessor;
+use crate::membership::MemberChanges;
 use crate::node::Node;
-use crate::proto::admin_v1::admin_server::AdminServer;
 use crate::proto::etcdserverpb::auth_server::AuthServer;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
@@ -40,33 +43,18 @@ use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::proto::etcdserverpb::watch_server::WatchServer;
 use crate::proto::v3electionpb::election_server::ElectionServer;
 use crate::proto::v3lockpb::lock_server::LockServer;
-use crate::store::{RevisionStore, StoreError};
 
-/// A response header at this member's current revision, for answers that carry no
-/// revision of their own (Cluster, Maintenance).
-pub(crate) fn current_header(
-    node: &Node,
-) -> Result<crate::proto::etcdserverpb::ResponseHeader, tonic::Status> {
-    let revision = node
-        .store()
-        .current_revision()
-        .map_err(status::from_store)?;
-    Ok(node.header_at(revision))
-}
-
-/// Reads this member's store off the async workers (a large range or a hash walks a
-/// lot of it), never while a snapshot install rewrites the store.
-pub(crate) async fn read_store<T: Send + 'static>(
-    node: &Node,
-    read: impl FnOnce(&RevisionStore) -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, tonic::Status> {
-    let store = node.store().clone();
-    let _readable = store.readable().await;
-    node.offload()
-        .run(move || read(&store))
-        .await
-        .map_err(|e| status::internal("read", &e))?
-        .map_err(status::from_store)
+/// What the edges use besides the node: the services the server builds beside it,
+/// because they call back into the node.
+#[derive(Clone)]
+pub struct Beside {
+    /// Membership changes this member carries out while it leads, one at a time.
+    pub changes: Arc<MemberChanges>,
+    /// The lease timers, which act only while this member leads.
+    pub lessor: Arc<Lessor>,
+    /// The hashes recorded at this member's latest compactions (empty while the
+    /// compaction-hash check is off).
+    pub compaction_hashes: Arc<CompactionHashes>,
 }
 
 /// gRPC allows this much beyond `--max-request-bytes` for framing, as etcd does, so that
@@ -119,17 +107,30 @@ pub fn client_service(node: Arc<Node>, routes: Routes) -> crate::http::gateway::
     tower::util::BoxCloneSyncService::new(service)
 }
 
-/// The client-facing gRPC routes: etcd's six services, Lock and Election, our admin
-/// API, and gRPC health.
-pub fn client_routes<H: Health>(node: Arc<Node>, health: HealthServer<H>) -> Routes {
-    let max = node
-        .limits()
+/// The largest gRPC message a client service decodes: `--max-request-bytes` and gRPC's
+/// framing, so that a too-large request is answered with etcd's own error.
+pub fn max_decoding_message_size(node: &Node) -> usize {
+    node.limits()
         .max_request_bytes
-        .saturating_add(GRPC_OVERHEAD_BYTES);
+        .saturating_add(GRPC_OVERHEAD_BYTES)
+}
+
+/// The client-facing gRPC routes: etcd's six services, Lock and Election, and gRPC
+/// health; the server adds our admin API (src/admin) beside them.
+pub fn client_routes<H: Health>(
+    node: Arc<Node>,
+    beside: &Beside,
+    health: HealthServer<H>,
+) -> RoutesBuilder {
+    let max = max_decoding_message_size(&node);
     let kv = Arc::new(kv::KvService::new(node.clone()));
-    let leases = Arc::new(lease::LeaseService::new(node.clone()));
+    let leases = Arc::new(lease::LeaseService::new(
+        node.clone(),
+        beside.lessor.clone(),
+    ));
     // Lock and Election act through KV, Lease and Watch, as etcd's do.
-    let concurrency = crate::concurrency::Services::new(node.clone(), kv.clone(), leases.clone());
+    let concurrency =
+        crate::api::concurrency::Services::new(node.clone(), kv.clone(), leases.clone());
     let mut routes = Routes::builder();
     routes
         .add_service(KvServer::from_arc(kv).max_decoding_message_size(max))
@@ -147,20 +148,22 @@ pub fn client_routes<H: Health>(node: Arc<Node>, health: HealthServer<H>) -> Rou
                 .max_decoding_message_size(max),
         )
         .add_service(
-            ClusterServer::new(cluster::ClusterService::new(node.clone()))
-                .max_decoding_message_size(max),
+            ClusterServer::new(cluster::ClusterService::new(
+                node.clone(),
+                beside.changes.clone(),
+            ))
+            .max_decoding_message_size(max),
         )
         .add_service(
-            MaintenanceServer::new(maintenance::MaintenanceService::new(node.clone()))
-                .max_decoding_message_size(max),
+            MaintenanceServer::new(maintenance::MaintenanceService::new(
+                node.clone(),
+                beside.clone(),
+            ))
+            .max_decoding_message_size(max),
         )
         .add_service(
             AuthServer::new(auth::AuthService::new(node.clone())).max_decoding_message_size(max),
         )
-        // Our own admin API (src/admin), beside etcd's.
-        .add_service(
-            AdminServer::new(crate::admin::AdminService::new(node)).max_decoding_message_size(max),
-        )
         .add_service(health);
-    routes.routes()
+    routes
 }

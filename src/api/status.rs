@@ -4,12 +4,12 @@
 //! (`etcdserver: ...`), with etcd's gRPC code. Handlers never build a `Status` for an
 //! etcd error themselves; they return one of these.
 
-use quantykube_raft::{ReadError, WriteError};
 use tonic::{Code, Status};
 
+use crate::api::concurrency::ConcurrencyError;
 use crate::auth::AuthError;
-use crate::concurrency::ConcurrencyError;
 use crate::membership::MembershipError;
+use crate::node::NodeError;
 use crate::proto::command::command_error::Kind;
 use crate::store::StoreError;
 
@@ -43,10 +43,10 @@ pub fn range_stream_revision_filters() -> Status {
     Status::unimplemented("RangeStream does not support revision filters")
 }
 pub fn request_too_large() -> Status {
-    Status::invalid_argument("etcdserver: request is too large")
+    Status::invalid_argument(NodeError::TooLarge.to_string())
 }
 pub fn no_space() -> Status {
-    Status::resource_exhausted("etcdserver: mvcc: database space exceeded")
+    Status::resource_exhausted(NodeError::NoSpace.to_string())
 }
 /// etcd's `ErrGRPCCorrupt`, what a member answers while a CORRUPT alarm is active.
 pub fn corrupt() -> Status {
@@ -82,16 +82,16 @@ pub fn lease_exists() -> Status {
     Status::failed_precondition("etcdserver: lease already exists")
 }
 pub fn no_leader() -> Status {
-    Status::unavailable("etcdserver: no leader")
+    Status::unavailable(NodeError::NoLeader.to_string())
 }
 pub fn timeout() -> Status {
-    Status::unavailable("etcdserver: request timed out")
+    Status::unavailable(NodeError::Timeout.to_string())
 }
 pub fn leader_changed() -> Status {
-    Status::unavailable("etcdserver: leader changed")
+    Status::unavailable(NodeError::LeaderChanged.to_string())
 }
 pub fn stopped() -> Status {
-    Status::unavailable("etcdserver: server stopped")
+    Status::unavailable(NodeError::Stopped.to_string())
 }
 
 pub fn not_supported_for_learner() -> Status {
@@ -160,17 +160,12 @@ pub fn internal(context: &str, error: &dyn std::fmt::Display) -> Status {
     )
 }
 
+/// A store error as the command's failure it is (`StoreError::command_kind`, the one
+/// table), or a failure of this member.
 pub fn from_store(error: StoreError) -> Status {
-    match error {
-        StoreError::Compacted => compacted(),
-        StoreError::FutureRevision => future_revision(),
-        StoreError::KeyNotFound => key_not_found(),
-        StoreError::LeaseNotFound => lease_not_found(),
-        StoreError::LeaseExists => lease_exists(),
-        StoreError::NoSpace => no_space(),
-        StoreError::CorruptAlarm => corrupt(),
-        StoreError::Auth(refusal) => from_auth(refusal),
-        other => internal("store", &other),
+    match error.command_kind() {
+        Some(kind) => from_command_error(kind),
+        None => internal("store", &error),
     }
 }
 
@@ -221,13 +216,6 @@ pub fn from_auth_unconverted(error: AuthError) -> Status {
     Status::unknown(format!("auth: {text}"))
 }
 
-/// True when `status` is etcd's "revision of auth store is old": the request must be
-/// authorised again.
-pub fn is_auth_old_revision(status: &Status) -> bool {
-    status.code() == Code::InvalidArgument
-        && status.message() == AuthError::AuthOldRevision.to_string()
-}
-
 pub fn from_command_error(kind: Kind) -> Status {
     if let Some(refusal) = AuthError::from_kind(kind) {
         return from_auth(refusal);
@@ -250,26 +238,20 @@ pub fn from_command_error(kind: Kind) -> Status {
     }
 }
 
-pub fn from_write(error: WriteError) -> Status {
-    match error {
-        WriteError::NoLeader => no_leader(),
-        WriteError::Timeout => timeout(),
-        WriteError::LeaderChanged => leader_changed(),
-        other => {
-            tracing::warn!(error = %other, "write failed");
-            stopped()
-        }
-    }
-}
-
-pub fn from_read(error: ReadError) -> Status {
-    match error {
-        ReadError::NoLeader => no_leader(),
-        ReadError::Timeout => timeout(),
-        ReadError::LeaderChanged => leader_changed(),
-        other => {
-            tracing::warn!(error = %other, "read barrier failed");
-            stopped()
+/// The one mapping of the node's errors: etcd's code, with the error's own text
+/// (etcd's).
+impl From<NodeError> for Status {
+    fn from(error: NodeError) -> Self {
+        match error {
+            NodeError::TooLarge => request_too_large(),
+            NodeError::NoSpace => no_space(),
+            NodeError::NoLeader => no_leader(),
+            NodeError::Timeout => timeout(),
+            NodeError::LeaderChanged => leader_changed(),
+            NodeError::Stopped => stopped(),
+            NodeError::Command(kind) => from_command_error(kind),
+            NodeError::Store(error) => from_store(error),
+            NodeError::Internal { context, detail } => internal(context, &detail),
         }
     }
 }

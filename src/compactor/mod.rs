@@ -20,12 +20,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tonic::Status;
-
-use crate::api::status;
 use crate::config::AutoCompaction;
-use crate::node::Node;
+use crate::node::{Node, NodeError};
 use crate::proto::command::command::Request as CommandRequest;
+use crate::proto::command::command_error::Kind;
 use crate::proto::etcdserverpb::CompactionRequest;
 
 /// What the compactor needs from its member: a narrow handle, so that the schedules
@@ -38,7 +36,7 @@ pub(crate) trait Compactable: Send + Sync {
     fn is_leader(&self) -> bool;
     /// Compacts the key-value store at `revision` through the log. A revision that was
     /// compacted already is a success.
-    fn compact(&self, revision: i64) -> impl Future<Output = Result<(), Status>> + Send;
+    fn compact(&self, revision: i64) -> impl Future<Output = Result<(), NodeError>> + Send;
 }
 
 impl Compactable for Node {
@@ -56,7 +54,7 @@ impl Compactable for Node {
         Node::is_leader(self)
     }
 
-    async fn compact(&self, revision: i64) -> Result<(), Status> {
+    async fn compact(&self, revision: i64) -> Result<(), NodeError> {
         let request = CommandRequest::Compaction(CompactionRequest {
             revision,
             physical: false,
@@ -65,8 +63,8 @@ impl Compactable for Node {
             Ok(_) => Ok(()),
             // A user's compaction, or this schedule's under an earlier leader, got there
             // first: etcd counts it as done.
-            Err(status) if status.message() == status::COMPACTED => Ok(()),
-            Err(status) => Err(status),
+            Err(NodeError::Command(Kind::Compacted)) => Ok(()),
+            Err(error) => Err(error),
         }
     }
 }
@@ -174,9 +172,9 @@ pub(crate) mod tests {
             !self.follower.load(Ordering::SeqCst)
         }
 
-        async fn compact(&self, revision: i64) -> Result<(), Status> {
+        async fn compact(&self, revision: i64) -> Result<(), NodeError> {
             if self.failing.load(Ordering::SeqCst) {
-                return Err(Status::unavailable("etcdserver: no leader"));
+                return Err(NodeError::NoLeader);
             }
             let start = self.start.lock().unwrap().unwrap();
             self.compacted

@@ -116,11 +116,11 @@ pub(super) async fn run(member: &impl Compactable, retention: Duration) {
                 );
                 window.succeeded(revision, Instant::now());
             }
-            Err(status) => tracing::warn!(
+            Err(error) => tracing::warn!(
                 revision,
                 "compact-period" = %period,
                 "retry-interval" = %go_duration(window.sample_every()),
-                error = %status.message(),
+                %error,
                 "failed auto periodic compaction"
             ),
         }

@@ -50,11 +50,11 @@ pub(super) async fn run(member: &impl Compactable, retention: u64, interval: Dur
                     "completed auto revision compaction"
                 );
             }
-            Err(status) => tracing::warn!(
+            Err(error) => tracing::warn!(
                 revision,
                 "revision-compaction-retention" = retention,
                 "retry-interval" = %go_duration(interval),
-                error = %status.message(),
+                %error,
                 "failed auto revision compaction"
             ),
         }

@@ -79,7 +79,7 @@ impl CompactionHashes {
 }
 
 /// Records the hash of every compaction this member applies, for as long as it runs.
-pub async fn record(node: Arc<Node>) {
+pub async fn record(node: Arc<Node>, hashes: Arc<CompactionHashes>) {
     loop {
         tokio::time::sleep(RECORD_POLL).await;
         let compacted = match node.store().compacted_revision() {
@@ -89,7 +89,6 @@ pub async fn record(node: Arc<Node>) {
                 continue;
             }
         };
-        let hashes = node.compaction_hashes();
         if compacted < 1 || hashes.newest().is_some_and(|newest| newest >= compacted) {
             continue;
         }
@@ -112,7 +111,7 @@ pub async fn record(node: Arc<Node>) {
 }
 
 /// The leader's check, every `period`, for as long as the member runs.
-pub async fn run_check(node: Arc<Node>, period: Duration) {
+pub async fn run_check(node: Arc<Node>, hashes: Arc<CompactionHashes>, period: Duration) {
     tracing::info!(
         local_member_id = %format!("{:x}", node.id()),
         interval = ?period,
@@ -121,7 +120,7 @@ pub async fn run_check(node: Arc<Node>, period: Duration) {
     loop {
         tokio::time::sleep(period).await;
         if node.is_leader() {
-            check(&node).await;
+            check(&node, &hashes).await;
         }
     }
 }
@@ -187,8 +186,7 @@ pub fn judge(
 
 /// One round of etcd's `CompactHashCheck`: the newest unchecked record that some peer
 /// answered decides the round.
-async fn check(node: &Node) {
-    let hashes = node.compaction_hashes();
+async fn check(node: &Node, hashes: &CompactionHashes) {
     let timeout = request_timeout(node.election_timeout());
     for hash in hashes.unchecked() {
         let peers = match peer_hashes(

@@ -25,7 +25,7 @@ use quantykube_raft::{Dialer, NodeId};
 use thiserror::Error;
 use tonic::Status;
 
-use crate::node::Node;
+use crate::node::{Node, NodeError};
 use crate::offload::Offload;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::{AlarmType, HashKvRequest, HashKvResponse};
@@ -51,7 +51,7 @@ pub enum CorruptionError {
     #[error("store: {0}")]
     Store(#[from] StoreError),
     #[error("{0}")]
-    Read(Status),
+    Read(#[from] NodeError),
 }
 
 /// etcd's `ReqTimeout()`: 5 s plus twice the election timeout, the bound on one peer's
@@ -359,8 +359,7 @@ async fn periodic_check(node: &Node) -> Result<(), CorruptionError> {
     .await?;
     tokio::time::timeout(timeout, node.read_barrier())
         .await
-        .map_err(|_| CorruptionError::Read(Status::deadline_exceeded("read index timed out")))?
-        .map_err(CorruptionError::Read)?;
+        .map_err(|_| CorruptionError::Read(NodeError::Timeout))??;
     let after = leader_hash(node).await?;
     let answered: Vec<(NodeId, &HashKvResponse)> = peers
         .iter()

@@ -123,7 +123,7 @@ async fn health_failure(
     if let Some(reason) = probes::alarm_failure(node, excluded) {
         return Some(reason.into());
     }
-    if !serializable && !probes::has_leader(node) {
+    if !serializable && !node.has_leader() {
         return Some("RAFT NO LEADER".into());
     }
     probes::read(node, serializable)

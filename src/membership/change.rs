@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::raft::Precondition;
 use openraft::ChangeMembers;
 use quantykube_raft::{Member, NodeId, TypeConfig};
 use tokio::sync::Mutex;
@@ -119,7 +118,7 @@ impl MemberChanges {
                 .await
                 .map_err(|e| MembershipError::Raft(e.to_string()))?;
         };
-        let mut metrics = node.raft().metrics();
+        let mut metrics = node.raft_metrics();
         let appended = metrics.wait_until(|m| {
             m.membership_config
                 .membership()
@@ -155,7 +154,7 @@ impl MemberChanges {
     /// Finishes, while this member leads, any joint configuration that a previous
     /// leader left behind (it crashed, or lost leadership, between the two steps).
     pub async fn steward(&self, node: Arc<Node>) {
-        let mut metrics = node.raft().metrics();
+        let mut metrics = node.raft_metrics();
         loop {
             let joint_on_leader = |m: &openraft::RaftMetrics<TypeConfig>| {
                 m.current_leader == Some(m.id)
@@ -194,21 +193,13 @@ async fn carry_out(
         let view = view(node)?;
         rules::check(&view, &change, policy)?;
         let observed = node
-            .raft()
-            .metrics()
+            .raft_metrics()
             .borrow_watched()
             .membership_config
             .log_id()
             .to_owned();
         let (changes, retain) = openraft_change(node, &view, &change)?;
-        let precondition = Precondition::LastMembershipLogId {
-            last_membership_log_id: observed,
-        };
-        match node
-            .raft()
-            .change_membership_if(changes, retain, [precondition])
-            .await
-        {
+        match node.change_membership_if(changes, retain, observed).await {
             Ok(response) => {
                 tracing::info!(?change, "applied a configuration change through raft");
                 // A joint configuration still lists a removed member: answer with the
@@ -248,7 +239,7 @@ async fn settled_membership(
     node: &Node,
     removed: Option<NodeId>,
 ) -> Option<openraft::Membership<NodeId, Member>> {
-    let mut metrics = node.raft().metrics();
+    let mut metrics = node.raft_metrics();
     let settled = metrics.wait_until(|m| {
         let membership = m.membership_config.membership();
         membership.get_joint_config().len() == 1
@@ -265,7 +256,7 @@ async fn settled_membership(
 /// returns once the entry applies, and the metrics may be published a moment after, so
 /// without this a MemberList right after MemberAdd could miss the member just added.
 async fn membership_published(node: &Node, log_id: &quantykube_raft::LogId) {
-    let mut metrics = node.raft().metrics();
+    let mut metrics = node.raft_metrics();
     let published = metrics.wait_until(|m| m.membership_config.log_id().as_ref() >= Some(log_id));
     let _ = tokio::time::timeout(node.election_timeout() * 5, published).await;
 }
@@ -313,7 +304,7 @@ fn openraft_change(
 }
 
 fn current_members(node: &Node) -> BTreeMap<NodeId, Member> {
-    let metrics = node.raft().metrics().borrow_watched().clone();
+    let metrics = node.raft_metrics().borrow_watched().clone();
     metrics
         .membership_config
         .membership()
@@ -324,8 +315,7 @@ fn current_members(node: &Node) -> BTreeMap<NodeId, Member> {
 
 /// True while the newest membership has `id` as a voter.
 fn is_voter(node: &Node, id: NodeId) -> bool {
-    node.raft()
-        .metrics()
+    node.raft_metrics()
         .borrow_watched()
         .membership_config
         .membership()
@@ -335,7 +325,7 @@ fn is_voter(node: &Node, id: NodeId) -> bool {
 
 /// What the leader knows now, as etcd's rules need it.
 pub fn view(node: &Node) -> Result<ClusterView, MembershipError> {
-    let metrics = node.raft().metrics().borrow_watched().clone();
+    let metrics = node.raft_metrics().borrow_watched().clone();
     let membership = metrics.membership_config.membership();
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
     let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
@@ -365,16 +355,7 @@ pub fn view(node: &Node) -> Result<ClusterView, MembershipError> {
     );
     let records = store::member_records::read_member_records(node.store()).map_err(store_error)?;
     view.names.extend(records.into_values().map(|r| r.name));
-    view.connected.insert(node.id());
-    if let Some(heartbeats) = &metrics.heartbeat {
-        for (id, acked) in heartbeats {
-            if let Some(acked) = acked {
-                if openraft::Instant::elapsed(&**acked) < node.election_timeout() {
-                    view.connected.insert(*id);
-                }
-            }
-        }
-    }
+    view.connected.extend(node.connected_peers(&metrics));
     view.matched.insert(node.id(), view.leader_index);
     if let Some(replication) = &metrics.replication {
         for (id, matched) in replication {
@@ -390,7 +371,7 @@ pub fn view(node: &Node) -> Result<ClusterView, MembershipError> {
 /// Finishes a joint configuration a previous leader left behind: the cluster moves to
 /// the configuration that change was heading for.
 async fn finish_joint(node: &Node) -> Result<(), MembershipError> {
-    let metrics = node.raft().metrics().borrow_watched().clone();
+    let metrics = node.raft_metrics().borrow_watched().clone();
     let configs = metrics
         .membership_config
         .membership()
@@ -408,8 +389,7 @@ async fn finish_joint(node: &Node) -> Result<(), MembershipError> {
     );
     for _ in 0..IN_PROGRESS_ATTEMPTS {
         match node
-            .raft()
-            .change_membership(ChangeMembers::ReplaceAllVoters(target.clone()), false)
+            .change_membership(ChangeMembers::ReplaceAllVoters(target.clone()))
             .await
         {
             Ok(_) => return Ok(()),
@@ -440,12 +420,10 @@ pub async fn hand_over(node: &Node, why: &str) -> Result<(), MembershipError> {
 }
 
 async fn transfer(node: &Node, target: NodeId, timeout: Duration) -> Result<(), MembershipError> {
-    node.raft()
-        .trigger()
-        .transfer_leader(target)
+    node.transfer_leader(target)
         .await
         .map_err(|e| MembershipError::Raft(e.to_string()))?;
-    let mut metrics = node.raft().metrics();
+    let mut metrics = node.raft_metrics();
     let moved = metrics.wait_until(|m| m.current_leader == Some(target) && m.vote.is_committed());
     tokio::time::timeout(timeout, moved)
         .await

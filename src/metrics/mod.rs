@@ -79,7 +79,7 @@ pub async fn follow(node: Arc<Node>) {
     server::describe(node.id(), node.etcd_version(), quota);
     storage::observe_store(node.store());
     let id = node.id();
-    let metrics = node.raft().metrics();
+    let metrics = node.raft_metrics();
     // Only the watch channel is kept: holding the node would keep it alive after stop.
     drop(node);
     server::follow_raft(id, metrics).await;

@@ -3,8 +3,8 @@
 //!
 //! Proposals pending and failed are counted where proposals are made, in the raft
 //! crate's client (`quantykube_raft::metrics`). Leadership gauges follow raft's metrics
-//! watch channel on one task; `has_leader` is `probes::has_leader`, sampled by the
-//! member's health probe (`api::health`): the same answer `/health` gives, a leader
+//! watch channel on one task; `has_leader` is `Node::has_leader`, sampled by the
+//! member's health source (`probes::track`): the same answer `/health` gives, a leader
 //! that heard from a quorum within an election timeout.
 
 use std::sync::LazyLock;
@@ -112,7 +112,7 @@ pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
     Ok(())
 }
 
-/// Whether this member knows a leader that holds a quorum (`probes::has_leader`).
+/// Whether this member knows a leader that holds a quorum (`Node::has_leader`, set by the health source `probes::track`).
 pub fn set_has_leader(has_leader: bool) {
     HAS_LEADER.set(i64::from(has_leader));
 }

@@ -35,7 +35,7 @@ use thiserror::Error;
 
 use crate::config::{self, Invocation};
 use crate::membership::MembershipError;
-use crate::node::NodeError;
+use crate::server::ServerError;
 use crate::transport::{Transport, TransportError};
 use cluster::Reach;
 use replicas::DesiredReplicas;
@@ -52,7 +52,7 @@ pub enum PodError {
     #[error(transparent)]
     Membership(#[from] MembershipError),
     #[error(transparent)]
-    Node(#[from] NodeError),
+    Node(#[from] ServerError),
     #[error("data dir: {0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]

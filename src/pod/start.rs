@@ -213,7 +213,7 @@ async fn serve_member(
     shutdown: Shutdown,
 ) -> Result<(), PodError> {
     let promoter = tokio::spawn(promote_when_caught_up(spec, reach, desired));
-    let served = crate::node::run(config, shutdown).await;
+    let served = crate::server::run(config, shutdown).await;
     promoter.abort();
     Ok(served?)
 }

@@ -185,7 +185,7 @@ impl RevisionStore {
     }
 
     /// Applies one auth command against the applied state (the batch starts on a
-    /// written store, see `ApplyBatch::needs_fresh_start`). The caller writes the batch
+    /// written store, see `store::write::flush_rules`). The caller writes the batch
     /// and then reloads the state.
     pub(super) fn stage_auth(
         &self,

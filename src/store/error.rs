@@ -3,6 +3,8 @@
 
 use thiserror::Error;
 
+use crate::proto::command::command_error::Kind;
+
 #[derive(Debug, Error)]
 pub enum StoreError {
     /// The requested revision is older than the compacted revision.
@@ -53,23 +55,25 @@ impl StoreError {
         StoreError::Corrupt(what.into())
     }
 
-    /// True when every node applying the same command reaches the same error, so the
-    /// error is the command's result rather than a failure of this node.
-    pub fn is_deterministic(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Compacted
-                | StoreError::FutureRevision
-                | StoreError::KeyNotFound
-                | StoreError::LeaseNotFound
-                | StoreError::LeaseExists
-                | StoreError::NoSpace
-                | StoreError::CorruptAlarm
-                | StoreError::Auth(_)
-                | StoreError::VersionMismatch
-                | StoreError::ResourceNotFound
-                | StoreError::ResourceExists
-        )
+    /// The one table of the errors every member applying the same command reaches
+    /// alike, so that they are the command's result (its kind, in the log's outcome)
+    /// rather than a failure of this member (`None`: this store is broken or its disk
+    /// failed).
+    pub fn command_kind(&self) -> Option<Kind> {
+        Some(match self {
+            StoreError::Compacted => Kind::Compacted,
+            StoreError::FutureRevision => Kind::FutureRevision,
+            StoreError::KeyNotFound => Kind::KeyNotFound,
+            StoreError::LeaseNotFound => Kind::LeaseNotFound,
+            StoreError::LeaseExists => Kind::LeaseExists,
+            StoreError::NoSpace => Kind::NoSpace,
+            StoreError::CorruptAlarm => Kind::Corrupt,
+            StoreError::Auth(refusal) => refusal.kind(),
+            StoreError::VersionMismatch => Kind::VersionMismatch,
+            StoreError::ResourceNotFound => Kind::ResourceNotFound,
+            StoreError::ResourceExists => Kind::ResourceExists,
+            StoreError::Rocks(_) | StoreError::Corrupt(_) | StoreError::Io(_) => return None,
+        })
     }
 }
 

@@ -30,7 +30,6 @@ use super::{
     CF_LATEST,
 };
 use crate::proto::command::command::Request as CommandRequest;
-use crate::proto::command::command_error::Kind;
 use crate::proto::command::command_result::Result as CommandResultKind;
 use crate::proto::command::{Command, CommandError, CommandResult, PublishMemberResult};
 use crate::proto::etcdserverpb::request_op::Request;
@@ -390,19 +389,8 @@ fn header(revision: i64) -> ResponseHeader {
 }
 
 fn error_result(error: StoreError) -> Result<CommandResult, StoreError> {
-    let kind = match error {
-        StoreError::Compacted => Kind::Compacted,
-        StoreError::FutureRevision => Kind::FutureRevision,
-        StoreError::KeyNotFound => Kind::KeyNotFound,
-        StoreError::LeaseNotFound => Kind::LeaseNotFound,
-        StoreError::LeaseExists => Kind::LeaseExists,
-        StoreError::NoSpace => Kind::NoSpace,
-        StoreError::CorruptAlarm => Kind::Corrupt,
-        StoreError::Auth(refusal) => refusal.kind(),
-        StoreError::VersionMismatch => Kind::VersionMismatch,
-        StoreError::ResourceNotFound => Kind::ResourceNotFound,
-        StoreError::ResourceExists => Kind::ResourceExists,
-        fatal => return Err(fatal),
+    let Some(kind) = error.command_kind() else {
+        return Err(error);
     };
     Ok(CommandResult {
         result: Some(CommandResultKind::Error(CommandError { kind: kind.into() })),
@@ -432,7 +420,7 @@ impl<'s> ApplyBatch<'s> {
         log_id: &LogId,
         command: &Command,
     ) -> Result<WriteOutcome, StoreError> {
-        let fresh = self.needs_fresh_start(command);
+        let (fresh, after) = flush_rules(command, &self.staged.overlay);
         if fresh || self.staged.batch.size_in_bytes() >= FLUSH_BYTES {
             self.flush()?;
         }
@@ -562,54 +550,24 @@ impl<'s> ApplyBatch<'s> {
             }
         };
         self.last_log_id = Some(*log_id);
-        if changes_leases(command) {
-            // Later commands of the batch read lease records from the store.
-            self.flush()?;
-        }
-        if matches!(command.request, Some(CommandRequest::Alarm(_))) {
-            // What later commands may do depends on the alarms: write them first.
-            self.flush()?;
-            store.reload_alarms()?;
-        }
-        if matches!(
-            command.request,
-            Some(CommandRequest::SyncMemberRecords(_) | CommandRequest::ChangeSnapshotRecord(_))
-        ) {
-            // A later record change in the batch reads the records this one wrote.
-            self.flush()?;
-        }
-        if matches!(command.request, Some(CommandRequest::Auth(_))) {
-            // Later commands are checked against the auth revision: write it first.
-            self.flush()?;
-            store.reload_auth()?;
-        }
-        if compacted {
-            // The worker reads the compacted revision from the store: write it first.
-            self.flush()?;
-            store.schedule_compaction();
+        match after {
+            After::Nothing => {}
+            After::Flush => self.flush()?,
+            After::ReloadAlarms => {
+                self.flush()?;
+                store.reload_alarms()?;
+            }
+            After::ReloadAuth => {
+                self.flush()?;
+                store.reload_auth()?;
+            }
+            After::Compact if compacted => {
+                self.flush()?;
+                store.schedule_compaction();
+            }
+            After::Compact => {}
         }
         Ok(outcome)
-    }
-
-    /// True when `command` must see the store written: its reads are ones the overlay
-    /// cannot serve, or it may fail after staging changes (which must then be dropped
-    /// alone). A compaction, and a command that changes leases, always starts and ends
-    /// on a written store.
-    fn needs_fresh_start(&self, command: &Command) -> bool {
-        match &command.request {
-            Some(CommandRequest::Txn(t)) => txn_needs_fresh_start(t, &self.staged.overlay),
-            // A member records sync reads the membership and records as written, and a
-            // publish the removed members (a removal staged in this batch included).
-            Some(
-                CommandRequest::Compaction(_)
-                | CommandRequest::Alarm(_)
-                | CommandRequest::Auth(_)
-                | CommandRequest::SyncMemberRecords(_)
-                | CommandRequest::ChangeSnapshotRecord(_)
-                | CommandRequest::PublishMember(_),
-            ) => true,
-            _ => changes_leases(command),
-        }
     }
 
     /// Records an entry that changes no key (a leader's blank entry).
@@ -673,16 +631,45 @@ impl<'s> ApplyBatch<'s> {
 
 /// True for the commands that change lease records, which puts and later lease
 /// commands read from the written store.
-fn changes_leases(command: &Command) -> bool {
-    matches!(
-        command.request,
-        Some(
-            CommandRequest::LeaseGrant(_)
-                | CommandRequest::LeaseRevoke(_)
-                | CommandRequest::LeaseExpiry(_)
-                | CommandRequest::LeaseCheckpoint(_)
-        )
-    )
+/// What the commands after one in a batch need of it once it is applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum After {
+    Nothing,
+    /// Later commands read what it wrote from the store: write it first.
+    Flush,
+    /// Write it, then reload the alarms that later commands are refused by.
+    ReloadAlarms,
+    /// Write it, then reload the auth store later commands are checked against.
+    ReloadAuth,
+    /// Write it (the compaction worker reads the compacted revision from the store),
+    /// then wake the worker, if it compacted.
+    Compact,
+}
+
+/// The apply path's flush rules, one row per kind of command: whether `command` must
+/// start on a written store (its reads are ones the overlay cannot serve, or it may
+/// fail after staging changes, which must then be dropped alone), and what later
+/// commands of the batch need of it (see [`After`]).
+fn flush_rules(command: &Command, overlay: &Overlay) -> (bool, After) {
+    use CommandRequest as R;
+    match &command.request {
+        Some(R::Txn(txn)) => (txn_needs_fresh_start(txn, overlay), After::Nothing),
+        // Later commands of the batch read lease records from the store.
+        Some(R::LeaseGrant(_) | R::LeaseRevoke(_) | R::LeaseExpiry(_) | R::LeaseCheckpoint(_)) => {
+            (true, After::Flush)
+        }
+        // What later commands may do depends on the alarms.
+        Some(R::Alarm(_)) => (true, After::ReloadAlarms),
+        // Later commands are checked against the auth revision.
+        Some(R::Auth(_)) => (true, After::ReloadAuth),
+        // A members records sync reads the membership and records as written, and a
+        // later record change in the batch reads the records this one wrote.
+        Some(R::SyncMemberRecords(_) | R::ChangeSnapshotRecord(_)) => (true, After::Flush),
+        Some(R::Compaction(_)) => (true, After::Compact),
+        // A publish reads the removed members (a removal staged in this batch included).
+        Some(R::PublishMember(_)) => (true, After::Nothing),
+        _ => (false, After::Nothing),
+    }
 }
 
 /// Grants a lease with the id and TTL the leader chose: no revision, as etcd.

@@ -12,11 +12,11 @@ use tonic::Status;
 
 use super::ConcurrencyError;
 use crate::api::status;
+use crate::api::watch::WatchStream;
 use crate::auth::Caller;
 use crate::node::Node;
 use crate::proto::etcdserverpb::watch_request::RequestUnion;
 use crate::proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
-use crate::watch::WatchStream;
 
 /// Responses the stream queues before it waits for this reader (then it falls behind
 /// the feed and catches up from history, as for any slow client).

@@ -1,0 +1,451 @@
+//! The context every service shares: one member's store, raft, identity and limits.
+//!
+//! [`Node`] offers the operations services need (propose a write, wait for a read
+//! index, read the store off the async workers, fill a response header, reach the
+//! leader, watch raft's view of the cluster) and fails with its own [`NodeError`].
+//!
+//! It must never know gRPC status codes, HTTP, a service or a background task: the edges
+//! (`api`, `admin`, `http`) map its errors once, and `server` builds it, the services
+//! beside it (membership changes, the lessor, the compaction hashes) and every task.
+
+mod error;
+mod propose;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::type_config::alias::WatchReceiverOf;
+use openraft::{ChangeMembers, Instant};
+use quantykube_raft::{ClusterGuard, Dialer, LogId, Member, NodeId, Raft, RaftClient, TypeConfig};
+
+pub use error::NodeError;
+
+/// Raft's view of the cluster: leader, term, membership, replication.
+pub type RaftMetrics = openraft::RaftMetrics<TypeConfig>;
+/// [`RaftMetrics`] as they change.
+pub type RaftMetricsWatch = WatchReceiverOf<TypeConfig, RaftMetrics>;
+/// The part of raft's view that changes only with the vote, the leader or the membership.
+pub type RaftServerMetricsWatch =
+    WatchReceiverOf<TypeConfig, openraft::metrics::RaftServerMetrics<TypeConfig>>;
+
+use crate::offload::Offload;
+use crate::proto::etcdserverpb::ResponseHeader;
+use crate::state_machine::StateMachine;
+use crate::store::{self, RevisionStore, StoreError};
+
+/// Limits a request is checked against, from etcd's flags.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub max_request_bytes: usize,
+    pub max_txn_ops: usize,
+    /// `--quota-backend-bytes`; `None` when the quota is disabled.
+    pub quota_backend_bytes: Option<u64>,
+    /// `--quota-backend-bytes` as given (0 when unset), for `Status.dbSizeQuota`.
+    pub quota_backend_bytes_flag: i64,
+}
+
+/// What a [`Node`] is made of; `server` gathers it at startup.
+pub struct NodeParts {
+    pub id: NodeId,
+    pub cluster_id: u64,
+    pub store: Arc<RevisionStore>,
+    pub auth: crate::auth::Auth,
+    pub raft: Raft<StateMachine>,
+    pub client: RaftClient<StateMachine>,
+    pub limits: Limits,
+    pub etcd_version: String,
+    pub offload: Offload,
+    /// `--watch-progress-notify-interval`.
+    pub watch_progress_interval: Duration,
+    /// How this member reaches others' client URLs (the leader, for relayed requests).
+    pub client_dialer: Arc<dyn Dialer>,
+    pub election_timeout: Duration,
+    /// The cluster id, the removed ids, and whether this member was removed.
+    pub guard: Arc<ClusterGuard>,
+    /// Seconds since the Unix epoch, for the ids MemberAdd computes as etcd does.
+    pub wall_clock: fn() -> u64,
+    /// Where the admin API keeps the snapshot files this member holds.
+    pub admin_snapshot_dir: PathBuf,
+}
+
+/// What services share: this member's store, raft, identity and limits.
+pub struct Node {
+    id: NodeId,
+    cluster_id: u64,
+    store: Arc<RevisionStore>,
+    /// Who may do what: every service asks it before reading or proposing.
+    auth: crate::auth::Auth,
+    raft: Raft<StateMachine>,
+    client: RaftClient<StateMachine>,
+    limits: Limits,
+    etcd_version: String,
+    offload: Offload,
+    watch_progress_interval: Duration,
+    client_dialer: Arc<dyn Dialer>,
+    election_timeout: Duration,
+    guard: Arc<ClusterGuard>,
+    wall_clock: fn() -> u64,
+    admin_snapshot_dir: PathBuf,
+}
+
+impl Node {
+    pub fn new(parts: NodeParts) -> Self {
+        let NodeParts {
+            id,
+            cluster_id,
+            store,
+            auth,
+            raft,
+            client,
+            limits,
+            etcd_version,
+            offload,
+            watch_progress_interval,
+            client_dialer,
+            election_timeout,
+            guard,
+            wall_clock,
+            admin_snapshot_dir,
+        } = parts;
+        Node {
+            id,
+            cluster_id,
+            store,
+            auth,
+            raft,
+            client,
+            limits,
+            etcd_version,
+            offload,
+            watch_progress_interval,
+            client_dialer,
+            election_timeout,
+            guard,
+            wall_clock,
+            admin_snapshot_dir,
+        }
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id
+    }
+
+    pub fn guard(&self) -> &Arc<ClusterGuard> {
+        &self.guard
+    }
+
+    pub fn store(&self) -> &Arc<RevisionStore> {
+        &self.store
+    }
+
+    pub fn auth(&self) -> &crate::auth::Auth {
+        &self.auth
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// How this member runs blocking store work.
+    pub fn offload(&self) -> Offload {
+        self.offload
+    }
+
+    /// Where the admin API's snapshot files held by this member live.
+    pub fn admin_snapshot_dir(&self) -> &std::path::Path {
+        &self.admin_snapshot_dir
+    }
+
+    /// Seconds since the Unix epoch (simulated time in the simulation).
+    pub fn unix_seconds(&self) -> u64 {
+        (self.wall_clock)()
+    }
+
+    /// How long a watcher that asked for progress notifications may go without hearing
+    /// from its stream.
+    pub fn watch_progress_interval(&self) -> Duration {
+        self.watch_progress_interval
+    }
+
+    /// `--election-timeout`: what etcd's shortest lease TTL derives from.
+    pub fn election_timeout(&self) -> Duration {
+        self.election_timeout
+    }
+
+    pub fn etcd_version(&self) -> &str {
+        &self.etcd_version
+    }
+
+    /// The cluster's and the storage format's version as etcd 3.6 reports them
+    /// (`/version`, `Status.storageVersion`, the Snapshot RPC's `version`): this
+    /// member's `major.minor.0`.
+    pub fn storage_version(&self) -> String {
+        let mut parts = self.etcd_version.split('.');
+        match (parts.next(), parts.next()) {
+            (Some(major), Some(minor)) => format!("{major}.{minor}.0"),
+            _ => self.etcd_version.clone(),
+        }
+    }
+
+    /// Raft's view of the cluster, to read now or to wait on (it changes several times
+    /// per write).
+    pub fn raft_metrics(&self) -> RaftMetricsWatch {
+        self.raft.metrics()
+    }
+
+    /// Raft's view as it changes with the vote, the leader or the membership only.
+    pub fn raft_server_metrics(&self) -> RaftServerMetricsWatch {
+        self.raft.server_metrics()
+    }
+
+    /// A copy of raft's view now.
+    pub fn raft_snapshot(&self) -> RaftMetrics {
+        self.raft.metrics().borrow_watched().clone()
+    }
+
+    /// True while the newest membership has this member as a learner (a borrow of
+    /// raft's metrics: no copy, and never behind them).
+    pub fn is_learner(&self) -> bool {
+        self.raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .learner_ids()
+            .any(|id| id == self.id)
+    }
+
+    /// True while this member is the raft leader.
+    pub fn is_leader(&self) -> bool {
+        self.leader_term().is_some()
+    }
+
+    /// The term this member leads in, if it is the raft leader.
+    pub fn leader_term(&self) -> Option<u64> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        (metrics.current_leader == Some(self.id) && metrics.state.is_leader())
+            .then_some(metrics.current_term)
+    }
+
+    /// True if a quorum confirms, after this call began, that this member still leads
+    /// (a read index round, answered here and never forwarded).
+    pub async fn confirm_leadership(&self) -> bool {
+        self.raft
+            .get_read_linearizer(openraft::ReadPolicy::ReadIndex)
+            .await
+            .is_ok()
+    }
+
+    /// True while this member knows a leader, in etcd's sense: a follower that heard
+    /// from its leader within an election timeout, or a leader that heard from a quorum
+    /// within one (etcd's check-quorum makes such a leader step down). The one source
+    /// of "has a leader": the probes, gRPC health and `etcd_server_has_leader` read it.
+    pub fn has_leader(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let Some(leader) = metrics.current_leader else {
+            return false;
+        };
+        if leader != self.id {
+            return self
+                .guard
+                .leader_contact_age()
+                .is_some_and(|age| age < self.election_timeout);
+        }
+        let mut voters = metrics.membership_config.membership().voter_ids();
+        if voters.next() == Some(self.id) && voters.next().is_none() {
+            // A cluster of one is its own quorum; nothing ever acknowledges it.
+            return true;
+        }
+        self.heard_within_election_timeout(metrics.last_quorum_acked.as_deref())
+    }
+
+    /// The peers this member, as leader, heard a heartbeat answer from within an
+    /// election timeout (etcd's "active" peers), itself included.
+    pub fn connected_peers(&self, metrics: &RaftMetrics) -> Vec<NodeId> {
+        let mut connected = vec![self.id];
+        if let Some(heartbeats) = &metrics.heartbeat {
+            connected.extend(
+                heartbeats
+                    .iter()
+                    .filter(|(_, acked)| self.heard_within_election_timeout(acked.as_deref()))
+                    .map(|(id, _)| *id),
+            );
+        }
+        connected
+    }
+
+    fn heard_within_election_timeout(&self, heard: Option<&impl Instant>) -> bool {
+        heard.is_some_and(|at| Instant::elapsed(at) < self.election_timeout)
+    }
+
+    /// Waits up to `within` until some leader is known.
+    pub async fn wait_for_leader(&self, within: Duration) {
+        let mut metrics = self.raft.metrics();
+        let known = metrics.wait_until(|m| m.current_leader.is_some());
+        let _ = tokio::time::timeout(within, known).await;
+    }
+
+    /// A channel to the current leader's first published TCP client URL (a unix socket
+    /// is the leader host's own), if a leader is known and has published one.
+    pub async fn leader_channel(&self) -> Result<tonic::transport::Channel, NodeError> {
+        let leader = self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .current_leader
+            .ok_or(NodeError::NoLeader)?;
+        self.member_channel(leader).await
+    }
+
+    /// A channel to `member_id`'s first published TCP client URL, if it published one;
+    /// `no leader` otherwise, as the one caller that cannot do without it expects.
+    pub async fn member_channel(
+        &self,
+        member_id: NodeId,
+    ) -> Result<tonic::transport::Channel, NodeError> {
+        let url = store::read_member_attributes(&self.store, member_id)?
+            .and_then(|attributes| {
+                attributes
+                    .client_urls
+                    .into_iter()
+                    .find(|u| u.starts_with("http://") || u.starts_with("https://"))
+            })
+            .ok_or(NodeError::NoLeader)?;
+        let endpoint = tonic::transport::Endpoint::from_shared(url)
+            .map_err(|e| NodeError::internal("member client url", &e))?
+            .connect_timeout(self.election_timeout);
+        self.client_dialer
+            .dial(endpoint)
+            .await
+            .map_err(|_| NodeError::NoLeader)
+    }
+
+    /// How this member reaches other members' client URLs.
+    pub fn client_dialer(&self) -> &Arc<dyn Dialer> {
+        &self.client_dialer
+    }
+
+    /// Proposes a membership change unless the newest membership moved on from the one
+    /// the change was computed against (`membership::change` is the one caller).
+    pub async fn change_membership_if(
+        &self,
+        changes: ChangeMembers<NodeId, Member>,
+        retain: bool,
+        observed: Option<LogId>,
+    ) -> Result<
+        openraft::raft::ClientWriteResponse<TypeConfig>,
+        RaftError<TypeConfig, ClientWriteError<TypeConfig>>,
+    > {
+        let precondition = openraft::raft::Precondition::LastMembershipLogId {
+            last_membership_log_id: observed,
+        };
+        self.raft
+            .change_membership_if(changes, retain, [precondition])
+            .await
+    }
+
+    /// Proposes a membership change as it is.
+    pub async fn change_membership(
+        &self,
+        changes: ChangeMembers<NodeId, Member>,
+    ) -> Result<
+        openraft::raft::ClientWriteResponse<TypeConfig>,
+        RaftError<TypeConfig, ClientWriteError<TypeConfig>>,
+    > {
+        self.raft.change_membership(changes, false).await
+    }
+
+    /// Asks raft to hand leadership to `target`; whether it moved shows in the metrics.
+    pub async fn transfer_leader(&self, target: NodeId) -> Result<(), NodeError> {
+        self.raft
+            .trigger()
+            .transfer_leader(target)
+            .await
+            .map_err(|e| NodeError::internal("transfer leader", &e))
+    }
+
+    /// A full response header: the store revision the handler got, and this member's
+    /// cluster id, member id and raft term.
+    pub fn header_from(&self, partial: Option<ResponseHeader>) -> ResponseHeader {
+        ResponseHeader {
+            cluster_id: self.cluster_id,
+            member_id: self.id,
+            revision: partial.map_or(0, |h| h.revision),
+            raft_term: self.raft.metrics().borrow_watched().current_term,
+        }
+    }
+
+    /// A full response header at `revision`.
+    pub fn header_at(&self, revision: i64) -> ResponseHeader {
+        self.header_from(Some(ResponseHeader {
+            revision,
+            ..Default::default()
+        }))
+    }
+
+    /// A response header at this member's current revision, for answers that carry no
+    /// revision of their own (Cluster, Maintenance).
+    pub fn current_header(&self) -> Result<ResponseHeader, NodeError> {
+        Ok(self.header_at(self.store.current_revision()?))
+    }
+
+    /// Reads this member's store off the async workers (a large range or a hash walks a
+    /// lot of it), never while a snapshot install rewrites the store.
+    pub async fn read_store<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&RevisionStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, NodeError> {
+        let store = self.store.clone();
+        let _readable = store.readable().await;
+        Ok(self
+            .offload
+            .run(move || read(&store))
+            .await
+            .map_err(|e| NodeError::internal("read", &e))??)
+    }
+
+    /// Waits until this member's store reflects every write committed before the call:
+    /// the read index of a linearizable read.
+    pub async fn read_barrier(&self) -> Result<(), NodeError> {
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::is_planted(crate::planted::PlantedBug::LocalLinearizableReads) {
+            return Ok(());
+        }
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::is_planted(crate::planted::PlantedBug::RemovedMemberServes)
+            && self.guard.is_removed(self.id)
+        {
+            return Ok(());
+        }
+        Ok(self.client.read_barrier().await?)
+    }
+
+    /// Stops raft (the member is stopping).
+    pub async fn shutdown_raft(&self) {
+        if let Err(error) = self.raft.shutdown().await {
+            tracing::warn!(%error, "raft shutdown");
+        }
+    }
+
+    /// Resolves with the reason once raft's core stops on its own: a storage error,
+    /// from a full or failing disk. The core owns the senders of its metrics: when it
+    /// ends they close, after it published why.
+    pub async fn raft_stopped(&self) -> String {
+        let mut server = self.raft.server_metrics();
+        while server.changed().await.is_ok() {}
+        match &self.raft.metrics().borrow_watched().running_state {
+            Err(fatal) if !matches!(fatal, openraft::error::Fatal::Stopped) => fatal.to_string(),
+            // Stopped on purpose (the member is shutting down): nothing to report.
+            _ => std::future::pending().await,
+        }
+    }
+}
