@@ -10,8 +10,6 @@
 //! The parts, each owning one thing:
 //! - [`cli`]: the flags and their checks;
 //! - [`conn`]: connections and leader discovery;
-//! - [`auth`]: `--user`, the token of each connection;
-//! - [`tls`]: the TLS flags' files and configuration;
 //! - [`driver`]: closed and open loop scheduling, stop conditions, progress bar;
 //! - [`recorder`]: latency histograms and error counts;
 //! - [`report`]: the text and JSON report;
@@ -24,17 +22,18 @@
 //! does not implement its RPC, or no operation succeeded; 2: bad flags). It talks to
 //! the server only through the generated etcd API clients, and must never panic on
 //! anything a server or a user sends: every failure is counted or reported.
+//!
+//! Endpoints, dialing, TLS and `--user` are the client library's ([`crate::client`]),
+//! shared with `quantykube admin` and `snapshot save`.
 
-pub mod auth;
 mod cli;
-pub mod conn;
+mod conn;
 mod driver;
 mod error;
 mod keys;
 mod recorder;
 mod report;
 mod timeline;
-pub mod tls;
 mod workloads;
 
 use std::ffi::OsString;
@@ -99,11 +98,13 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
                 None => ExitCode::SUCCESS,
             }
         }
-        Err(BenchError::Usage(message)) => usage_error(message),
-        Err(error) => {
-            tracing::error!("{error}");
-            ExitCode::FAILURE
-        }
+        Err(error) => match error.usage() {
+            Some(message) => usage_error(message.to_owned()),
+            None => {
+                tracing::error!("{error}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 
