@@ -28,6 +28,7 @@
 
 mod cli;
 mod conn;
+mod context;
 mod driver;
 mod error;
 mod keys;
@@ -40,14 +41,14 @@ use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use bytes::Bytes;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use serde_json::{Map, Value};
 use tracing_subscriber::EnvFilter;
 
-use self::cli::{BenchCli, GlobalArgs, Output, WorkloadArgs, DEFAULT_TOTAL, DEFAULT_WATCH_TOTAL};
+use self::cli::{BenchCli, Output, WorkloadArgs, DEFAULT_TOTAL, DEFAULT_WATCH_TOTAL};
 use self::conn::Connections;
+use self::context::Context;
 use self::driver::{Interrupt, Plan, Stop};
 use self::error::BenchError;
 use self::keys::KeySpace;
@@ -105,23 +106,6 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-    }
-}
-
-/// What every workload gets: the flags, the connections, the keys and value, and the
-/// plan of the run.
-pub(crate) struct Context {
-    pub args: GlobalArgs,
-    pub conns: Connections,
-    pub keys: KeySpace,
-    pub value: Bytes,
-    pub plan: Plan,
-    pub interrupt: Interrupt,
-}
-
-impl Context {
-    pub fn clients(&self) -> usize {
-        self.args.clients
     }
 }
 
