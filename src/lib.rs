@@ -9,6 +9,7 @@ pub mod api;
 pub mod auth;
 pub mod backup;
 pub mod bench;
+pub mod client;
 pub mod compactor;
 pub mod config;
 pub mod corruption;

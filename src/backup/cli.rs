@@ -70,9 +70,9 @@ enum Command {
             env = "ETCDCTL_USER",
             hide_env_values = true,
             value_name = "NAME:PASSWORD",
-            value_parser = crate::bench::auth::UserParser
+            value_parser = crate::client::UserParser
         )]
-        user: Option<crate::bench::auth::Credentials>,
+        user: Option<crate::client::Credentials>,
     },
     /// Gets backend snapshot status of a given file
     Status {
@@ -159,7 +159,7 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
         } => {
             let request = super::save::Save {
                 endpoints: &endpoints,
-                tls: crate::bench::tls::TlsFiles {
+                tls: crate::client::TlsFiles {
                     cacert: cacert.as_deref(),
                     cert: cert.as_deref(),
                     key: key.as_deref(),

@@ -4,7 +4,7 @@
 //! that looks complete. Given a directory (a path ending in `/`), it names the file
 //! by the UTC time and can keep only the newest N there: what a CronJob in an image
 //! without a shell needs. With `--user` it authenticates first and sends the token
-//! (`bench::auth`), as Snapshot is root's once auth is on.
+//! (`client::auth`), as Snapshot is root's once auth is on.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -14,8 +14,7 @@ use quantykube_raft::durable;
 
 use super::file;
 use super::BackupError;
-use crate::bench::auth::Credentials;
-use crate::bench::tls::TlsFiles;
+use crate::client::{Credentials, TlsFiles};
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::SnapshotRequest;
 
@@ -46,7 +45,7 @@ pub async fn save(request: &Save<'_>) -> Result<PathBuf, BackupError> {
             )))
         }
     };
-    let channel = crate::bench::conn::dial(
+    let channel = crate::client::dial(
         endpoint,
         &request.tls,
         request.dial_timeout,
@@ -54,7 +53,7 @@ pub async fn save(request: &Save<'_>) -> Result<PathBuf, BackupError> {
         AUTH_TIMEOUT,
     )
     .await
-    .map_err(BackupError::Write)?;
+    .map_err(|e| BackupError::Write(e.to_string()))?;
     let target = target_file(request.target)?;
     let part = PathBuf::from(format!("{}.part", target.display()));
     let mut out = std::fs::File::create(&part).map_err(BackupError::file(&part))?;

@@ -12,7 +12,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::{Serialize, Serializer};
 
-use super::auth::{Credentials, UserParser};
+use crate::client::endpoints::{self, normalise};
+use crate::client::{Credentials, TlsFiles, UserParser};
 
 /// Operations per run when neither `--total` nor `--duration` is given (etcd's default).
 pub const DEFAULT_TOTAL: u64 = 10_000;
@@ -167,18 +168,22 @@ impl GlobalArgs {
     /// True if any TLS flag is given: host:port endpoints then use TLS, as etcd's
     /// client does when it has a TLS configuration.
     pub fn tls_requested(&self) -> bool {
-        self.cacert_file.is_some()
-            || self.cert_file.is_some()
-            || self.key_file.is_some()
-            || self.insecure_skip_tls_verify
+        self.tls_files().requested()
+    }
+
+    /// The TLS flags, for the client library to read.
+    pub fn tls_files(&self) -> TlsFiles<'_> {
+        TlsFiles {
+            cacert: self.cacert_file.as_deref(),
+            cert: self.cert_file.as_deref(),
+            key: self.key_file.as_deref(),
+            insecure_skip_tls_verify: self.insecure_skip_tls_verify,
+        }
     }
 
     /// The endpoints as given, trimmed, empty entries dropped.
     pub fn endpoint_list(&self) -> impl Iterator<Item = &str> {
-        self.endpoints
-            .iter()
-            .map(|e| e.trim())
-            .filter(|e| !e.is_empty())
+        endpoints::list(&self.endpoints)
     }
 }
 
@@ -388,8 +393,7 @@ impl BenchCli {
         }
         let can_verify = g.cacert_file.is_some() || g.insecure_skip_tls_verify;
         for endpoint in g.endpoint_list() {
-            let url =
-                super::conn::normalise(endpoint, g.tls_requested()).map_err(|e| e.to_string())?;
+            let url = normalise(endpoint, g.tls_requested()).map_err(|e| e.to_string())?;
             // etcd's client would verify against the system's CA store; this build has
             // none (tonic's rustls without native roots), so say what to give instead
             // of failing every handshake.
@@ -594,6 +598,12 @@ mod tests {
         assert_eq!(g.key_file, Some(PathBuf::from("/certs/client-key.pem")));
         assert!(g.insecure_skip_tls_verify);
         assert!(g.tls_requested());
+        // What the client library reads the files from.
+        let files = g.tls_files();
+        assert_eq!(files.cacert, g.cacert_file.as_deref());
+        assert_eq!(files.cert, g.cert_file.as_deref());
+        assert_eq!(files.key, g.key_file.as_deref());
+        assert!(files.insecure_skip_tls_verify);
         assert!(cli.validate().is_ok());
         let plain = parse(&["put"]).expect("parses");
         assert!(!plain.global.tls_requested());

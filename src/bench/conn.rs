@@ -3,24 +3,23 @@
 //! `--conns` connections are opened lazily (the first request connects, so an endpoint
 //! that is down shows up as counted `Unavailable` errors, not as a hang) and spread
 //! round-robin over the endpoints, or all to the leader with `--target-leader`. Client
-//! `i` uses connection `i % conns`. This module owns endpoint syntax (and so which
-//! endpoints use TLS), the connection settings (dial and request timeouts, message size
-//! limits, the TLS configuration of `https://` endpoints) and the leader lookup. With
-//! `--user`, each connection authenticates once here, before the run, and carries its
-//! token through [`AuthChannel`] (see [`super::auth`]: the one place a request is sent
-//! again, after an expired token). It must never retry or count a workload's requests
+//! `i` uses connection `i % conns`. This module owns how many connections go where,
+//! the clients' message size limits and the leader lookup; endpoint syntax, dialing,
+//! TLS and tokens are the client library's ([`crate::client`]). With `--user`, each
+//! connection authenticates once here, before the run, and carries its token through
+//! [`AuthChannel`] (see [`crate::client::auth`]: the one place a request is sent again,
+//! after an expired token). It must never retry or count a workload's requests
 //! otherwise.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
 
-use super::auth::{AuthChannel, Credentials, Session};
 use super::cli::GlobalArgs;
-use super::error::{code_name, BenchError};
-use super::tls::{ClientTls, TlsFiles};
+use super::error::BenchError;
+use crate::client::endpoints::normalise;
+use crate::client::{code_name, AuthChannel, ClientError, ClientTls, Session, Settings};
 use crate::proto::etcdserverpb::kv_client::KvClient;
 use crate::proto::etcdserverpb::lease_client::LeaseClient;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
@@ -66,7 +65,7 @@ impl Connections {
         let settings = Settings {
             dial_timeout: args.dial_timeout.0,
             request_timeout: args.request_timeout.0,
-            tls: ClientTls::from_args(args)?.map(Arc::new),
+            tls: ClientTls::from_files(&args.tls_files())?.map(Arc::new),
         };
         let leader = if args.target_leader {
             Some(find_leader(&endpoints, &settings).await?)
@@ -82,7 +81,7 @@ impl Connections {
             .collect();
         let plain = urls
             .iter()
-            .map(|url| settings.channel(url))
+            .map(|url| settings.lazy(url))
             .collect::<Result<Vec<_>, _>>()?;
         let channels = match &args.user {
             None => plain
@@ -95,7 +94,8 @@ impl Connections {
                     futures::future::try_join_all(plain.iter().zip(&urls).map(|(channel, url)| {
                         Session::open(channel.clone(), url, credentials, settings.request_timeout)
                     }))
-                    .await?;
+                    .await
+                    .map_err(ClientError::from)?;
                 plain
                     .into_iter()
                     .zip(sessions)
@@ -138,107 +138,13 @@ impl Connections {
     }
 }
 
-struct Settings {
-    dial_timeout: Duration,
-    request_timeout: Duration,
-    /// What `https://` endpoints use; `None` without TLS flags (validate() then has
-    /// refused https:// endpoints).
-    tls: Option<Arc<ClientTls>>,
-}
-
-impl Settings {
-    /// A lazy connection to `url`. The request timeout bounds each unary call, and the
-    /// opening of a stream (until the server's response headers), not a stream's life.
-    fn channel(&self, url: &str) -> Result<Channel, BenchError> {
-        let endpoint = Endpoint::from_shared(url.to_owned())
-            .map_err(|e| BenchError::Usage(format!("endpoint {url}: {e}")))?
-            .connect_timeout(self.dial_timeout)
-            .timeout(self.request_timeout)
-            .tcp_nodelay(true);
-        let endpoint = match (&self.tls, url.starts_with("https://")) {
-            (Some(tls), true) => tls.apply(endpoint, url)?,
-            (None, true) => {
-                return Err(BenchError::Usage(format!(
-                    "endpoint {url} uses TLS: give --cacert FILE or --insecure-skip-tls-verify"
-                )))
-            }
-            (_, false) => endpoint,
-        };
-        Ok(endpoint.connect_lazy())
-    }
-}
-
-/// One connection to `endpoint` as etcdctl makes it for a single-member command
-/// (`snapshot save`, `quantykube admin`): its TLS flags, dial timeout and `--user`
-/// (authenticated once; the token then goes with every request). Errors are for people.
-pub async fn dial(
-    endpoint: &str,
-    tls: &TlsFiles<'_>,
-    dial_timeout: Duration,
-    user: Option<&Credentials>,
-    auth_timeout: Duration,
-) -> Result<AuthChannel, String> {
-    let url = normalise(endpoint, tls.requested()).map_err(|e| e.to_string())?;
-    let client_tls = ClientTls::from_files(tls).map_err(|e| e.to_string())?;
-    let mut channel = Endpoint::from_shared(url.clone())
-        .map_err(|e| format!("{url}: {e}"))?
-        .connect_timeout(dial_timeout);
-    if let (Some(client_tls), true) = (&client_tls, url.starts_with("https://")) {
-        channel = client_tls.apply(channel, &url).map_err(|e| e.to_string())?;
-    }
-    let channel = channel
-        .connect()
-        .await
-        .map_err(|e| format!("{url}: {}", crate::transport::error_chain(&e)))?;
-    let session = match user {
-        Some(user) => Session::open(channel.clone(), &url, user, auth_timeout)
-            .await
-            .map_err(|e| e.to_string())?,
-        None => None,
-    };
-    Ok(AuthChannel::new(channel, session))
-}
-
-/// `http://host:port`, `https://host:port` or `host:port` as a URL. A bare `host:port`
-/// is `https://` when `tls` (a TLS flag is given) and `http://` otherwise, as etcd's
-/// client treats an address without a scheme; an explicit scheme is kept either way.
-pub fn normalise(endpoint: &str, tls: bool) -> Result<String, BenchError> {
-    let expected = || {
-        BenchError::Usage(format!(
-            "endpoint {endpoint}: expected host:port, http://host:port or https://host:port"
-        ))
-    };
-    let (scheme, rest) = match endpoint.split_once("://") {
-        Some(("http", rest)) => ("http", rest),
-        Some(("https", rest)) => ("https", rest),
-        Some(("unix" | "unixs", _)) => {
-            return Err(BenchError::Usage(format!(
-                "endpoint {endpoint}: unix sockets are not supported by quantykube bench"
-            )))
-        }
-        Some(_) => return Err(expected()),
-        None if tls => ("https", endpoint),
-        None => ("http", endpoint),
-    };
-    let url = format!("{scheme}://{}", rest.trim_end_matches('/'));
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| BenchError::Usage(format!("endpoint {endpoint}: {e}")))?;
-    match uri.authority() {
-        Some(authority) if authority.port_u16().is_some() && !authority.host().is_empty() => {
-            Ok(url)
-        }
-        _ => Err(expected()),
-    }
-}
-
 /// The endpoint whose Maintenance.Status reports itself as leader (`leader ==
 /// header.member_id`), asking every endpoint until one does or the lookup times out.
 async fn find_leader(endpoints: &[String], settings: &Settings) -> Result<String, BenchError> {
     let deadline = Instant::now() + LEADER_LOOKUP_TIMEOUT;
     let mut channels = Vec::with_capacity(endpoints.len());
     for url in endpoints {
-        channels.push(settings.channel(url)?);
+        channels.push(settings.lazy(url)?);
     }
     loop {
         let mut answers = Vec::with_capacity(endpoints.len());
@@ -268,45 +174,5 @@ async fn find_leader(endpoints: &[String], settings: &Settings) -> Result<String
             return Err(BenchError::NoLeader(answers.join("; ")));
         }
         tokio::time::sleep(LEADER_LOOKUP_RETRY).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn endpoints_are_normalised() {
-        let plain = |e: &str| normalise(e, false).map_err(|e| e.to_string());
-        assert_eq!(plain("127.0.0.1:2379").unwrap(), "http://127.0.0.1:2379");
-        assert_eq!(
-            plain("http://localhost:2379/").unwrap(),
-            "http://localhost:2379"
-        );
-        assert_eq!(
-            plain("https://127.0.0.1:2379").unwrap(),
-            "https://127.0.0.1:2379"
-        );
-        assert!(plain("127.0.0.1").is_err());
-        assert!(plain("https://127.0.0.1").is_err());
-        assert!(plain("ftp://127.0.0.1:2379").is_err());
-        assert!(plain("unix://x").unwrap_err().contains("unix sockets"));
-        assert!(plain("unixs://x").unwrap_err().contains("unix sockets"));
-    }
-
-    #[test]
-    fn tls_flags_make_bare_addresses_https_and_keep_schemes() {
-        let tls = |e: &str| normalise(e, true).map_err(|e| e.to_string());
-        assert_eq!(tls("127.0.0.1:2379").unwrap(), "https://127.0.0.1:2379");
-        assert_eq!(tls("localhost:2379/").unwrap(), "https://localhost:2379");
-        assert_eq!(
-            tls("https://127.0.0.1:12379").unwrap(),
-            "https://127.0.0.1:12379"
-        );
-        // etcd's client drops TLS for an explicit http://.
-        assert_eq!(
-            tls("http://127.0.0.1:2379").unwrap(),
-            "http://127.0.0.1:2379"
-        );
     }
 }

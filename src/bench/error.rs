@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use crate::client::{code_name, ClientError};
+
 /// One operation (one request, or one read-then-write sequence) that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum OpError {
@@ -43,32 +45,36 @@ impl From<tonic::Status> for OpError {
     }
 }
 
-/// The gRPC code as its name (`Unavailable`), not tonic's English description.
-pub fn code_name(code: tonic::Code) -> String {
-    format!("{code:?}")
-}
-
 /// A failure that stops the bench before or instead of a report.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// A flag value that cannot work; reported like a usage error.
     #[error("{0}")]
     Usage(String),
-    /// A TLS file that cannot be read or used, or a TLS configuration tonic refuses;
-    /// the message names the flag and the file.
-    #[error("bad TLS configuration: {0}")]
-    Tls(String),
     /// No endpoint answered `Maintenance.Status` as the leader.
     #[error("--target-leader: no leader found among the endpoints: {0}")]
     NoLeader(String),
-    /// `--user`: a connection could not authenticate (the server's answer, never the
-    /// password).
+    /// An endpoint, a TLS file or `--user` that does not work (the client library's
+    /// words: a bad endpoint is a usage error, see [`BenchError::usage`]).
     #[error(transparent)]
-    Auth(#[from] super::auth::AuthFailed),
+    Client(#[from] ClientError),
     /// The latency histogram could not be created (only with impossible bounds).
     #[error("cannot create a latency histogram: {0}")]
     Histogram(String),
     /// The tokio runtime, or the open loop's pacer thread, could not start.
     #[error("cannot start a thread: {0}")]
     Runtime(#[from] std::io::Error),
+}
+
+impl BenchError {
+    /// The message of a usage error (exit code 2): a bad flag value, the bench's own or
+    /// one the client library refused.
+    pub fn usage(&self) -> Option<&str> {
+        match self {
+            BenchError::Usage(message) | BenchError::Client(ClientError::Usage(message)) => {
+                Some(message)
+            }
+            _ => None,
+        }
+    }
 }

@@ -10,8 +10,6 @@
 //! The parts, each owning one thing:
 //! - [`cli`]: the flags and their checks;
 //! - [`conn`]: connections and leader discovery;
-//! - [`auth`]: `--user`, the token of each connection;
-//! - [`tls`]: the TLS flags' files and configuration;
 //! - [`driver`]: closed and open loop scheduling, stop conditions, progress bar;
 //! - [`recorder`]: latency histograms and error counts;
 //! - [`report`]: the text and JSON report;
@@ -24,31 +22,33 @@
 //! does not implement its RPC, or no operation succeeded; 2: bad flags). It talks to
 //! the server only through the generated etcd API clients, and must never panic on
 //! anything a server or a user sends: every failure is counted or reported.
+//!
+//! Endpoints, dialing, TLS and `--user` are the client library's ([`crate::client`]),
+//! shared with `quantykube admin` and `snapshot save`.
 
-pub mod auth;
 mod cli;
-pub mod conn;
+mod conn;
+mod context;
 mod driver;
 mod error;
 mod keys;
 mod recorder;
 mod report;
 mod timeline;
-pub mod tls;
 mod workloads;
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use bytes::Bytes;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use serde_json::{Map, Value};
 use tracing_subscriber::EnvFilter;
 
-use self::cli::{BenchCli, GlobalArgs, Output, WorkloadArgs, DEFAULT_TOTAL, DEFAULT_WATCH_TOTAL};
+use self::cli::{BenchCli, Output, WorkloadArgs, DEFAULT_TOTAL, DEFAULT_WATCH_TOTAL};
 use self::conn::Connections;
+use self::context::Context;
 use self::driver::{Interrupt, Plan, Stop};
 use self::error::BenchError;
 use self::keys::KeySpace;
@@ -99,28 +99,13 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> ExitCode {
                 None => ExitCode::SUCCESS,
             }
         }
-        Err(BenchError::Usage(message)) => usage_error(message),
-        Err(error) => {
-            tracing::error!("{error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// What every workload gets: the flags, the connections, the keys and value, and the
-/// plan of the run.
-pub(crate) struct Context {
-    pub args: GlobalArgs,
-    pub conns: Connections,
-    pub keys: KeySpace,
-    pub value: Bytes,
-    pub plan: Plan,
-    pub interrupt: Interrupt,
-}
-
-impl Context {
-    pub fn clients(&self) -> usize {
-        self.args.clients
+        Err(error) => match error.usage() {
+            Some(message) => usage_error(message.to_owned()),
+            None => {
+                tracing::error!("{error}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::cluster::{self, Reach};
 use super::PodError;
@@ -75,9 +75,8 @@ pub async fn run(reach: &Reach, endpoints: &[String], replicas: u32) -> Result<(
 /// A KV client on `endpoint`, with the member's own TLS.
 async fn kv_client(reach: &Reach, endpoint: &str) -> Result<KvClient<Channel>, PodError> {
     let failed = |what: String| PodError::Check(what);
-    let channel = Endpoint::from_shared(endpoint.to_string())
+    let channel = crate::client::endpoint(endpoint, Duration::from_secs(5))
         .map_err(|e| failed(format!("{endpoint}: {e}")))?
-        .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(10));
     let channel = reach
         .clients

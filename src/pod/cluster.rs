@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use quantykube_raft::{fetch_peer_state, Dialer, PeerState};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::plan::{Cluster, Listed, View};
 use super::spec::PodSpec;
+use crate::client::code_name;
 use crate::proto::etcdserverpb::cluster_client::ClusterClient;
 use crate::proto::etcdserverpb::{
     MemberAddRequest, MemberListRequest, MemberPromoteRequest, MemberRemoveRequest,
@@ -84,9 +85,8 @@ pub async fn observe(spec: &PodSpec, reach: &Reach, replicas: u32) -> View {
 }
 
 async fn connect(reach: &Reach, client_url: &str) -> Result<ClusterClient<Channel>, String> {
-    let endpoint = Endpoint::from_shared(client_url.to_string())
+    let endpoint = crate::client::endpoint(client_url, ASK_TIMEOUT)
         .map_err(|e| format!("invalid client URL {client_url}: {e}"))?
-        .connect_timeout(ASK_TIMEOUT)
         .timeout(Duration::from_secs(15));
     let channel = tokio::time::timeout(ASK_TIMEOUT, reach.clients.dial(endpoint))
         .await
@@ -96,7 +96,7 @@ async fn connect(reach: &Reach, client_url: &str) -> Result<ClusterClient<Channe
 }
 
 fn status_text(status: tonic::Status) -> String {
-    format!("{:?}: {}", status.code(), status.message())
+    format!("{}: {}", code_name(status.code()), status.message())
 }
 
 /// The members, as the member at `client_url` lists them after a read barrier.

@@ -13,6 +13,9 @@
 //!
 //! This module is a client of the member like any other: it changes the membership
 //! only through etcd's Cluster service and never touches a running member's store.
+//! Its client endpoints come from the client library ([`crate::client`]); it dials them
+//! through the member's own transport dialers (TLS from the member's `ETCD_*` flags),
+//! not with etcdctl's TLS flags.
 
 pub mod check;
 pub mod cluster;

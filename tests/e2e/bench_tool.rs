@@ -666,7 +666,7 @@ async fn user_flag_authenticates_again_after_the_token_expired() {
         &[
             "put", "--rate", "0.25", "--total", "3", "--user", &root_user, "--output", "json",
         ],
-        &[("QUANTYKUBE_LOG", "quantykube::bench::auth=debug")],
+        &[("QUANTYKUBE_LOG", "quantykube::client::auth=debug")],
     )
     .await;
     assert_clean(&run.ok_json(), "put", 3);

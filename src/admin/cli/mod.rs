@@ -19,8 +19,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use tonic::Code;
 
-use crate::bench::auth::{AuthChannel, Credentials};
-use crate::bench::tls::TlsFiles;
+use crate::client::{AuthChannel, Credentials, TlsFiles, UserParser};
 use crate::proto::admin_v1::admin_client::AdminClient;
 use crate::proto::admin_v1::{
     CreateMemberRequest, CreateSnapshotRequest, DeleteMemberRequest, DeleteOptions,
@@ -77,7 +76,7 @@ struct Global {
         env = "ETCDCTL_USER",
         hide_env_values = true,
         value_name = "NAME:PASSWORD",
-        value_parser = crate::bench::auth::UserParser
+        value_parser = UserParser
     )]
     user: Option<Credentials>,
     /// dial timeout for client connections, in seconds
@@ -275,7 +274,7 @@ async fn connect(global: &Global) -> Result<AdminClient<AuthChannel>, Failure> {
     };
     let mut errors = Vec::new();
     for endpoint in &global.endpoints {
-        let dialed = crate::bench::conn::dial(
+        let dialed = crate::client::dial(
             endpoint,
             &tls,
             global.dial_timeout,
@@ -287,7 +286,7 @@ async fn connect(global: &Global) -> Result<AdminClient<AuthChannel>, Failure> {
             Ok(channel) => {
                 return Ok(AdminClient::new(channel).max_decoding_message_size(usize::MAX))
             }
-            Err(error) => errors.push(error),
+            Err(error) => errors.push(error.to_string()),
         }
     }
     Err(Failure {

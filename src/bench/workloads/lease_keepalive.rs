@@ -14,12 +14,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::codec::Streaming;
 
 use super::WorkloadRun;
-use crate::bench::auth::AuthChannel;
 use crate::bench::cli::LeaseKeepaliveArgs;
+use crate::bench::context::Context;
 use crate::bench::driver::{drive, Op};
 use crate::bench::error::{BenchError, OpError};
 use crate::bench::recorder::{Recorder, Tag};
-use crate::bench::Context;
+use crate::client::AuthChannel;
 use crate::proto::etcdserverpb::lease_client::LeaseClient;
 use crate::proto::etcdserverpb::{
     LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseRevokeRequest,

@@ -10,13 +10,13 @@ use bytes::Bytes;
 use tokio::task::JoinHandle;
 
 use super::WorkloadRun;
-use crate::bench::auth::AuthChannel;
 use crate::bench::cli::PutArgs;
+use crate::bench::context::Context;
 use crate::bench::driver::{drive, Op};
 use crate::bench::error::{BenchError, OpError};
 use crate::bench::keys::KeyPicker;
 use crate::bench::recorder::Tag;
-use crate::bench::Context;
+use crate::client::AuthChannel;
 use crate::proto::etcdserverpb::kv_client::KvClient;
 use crate::proto::etcdserverpb::{CompactionRequest, PutRequest};
 

@@ -12,13 +12,13 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::WorkloadRun;
-use crate::bench::auth::AuthChannel;
 use crate::bench::cli::RangeArgs;
+use crate::bench::context::Context;
 use crate::bench::driver::{drive, Op};
 use crate::bench::error::{BenchError, OpError};
 use crate::bench::keys::KeyPicker;
 use crate::bench::recorder::Tag;
-use crate::bench::Context;
+use crate::client::AuthChannel;
 use crate::proto::etcdserverpb::kv_client::KvClient;
 use crate::proto::etcdserverpb::RangeRequest;
 

@@ -7,14 +7,14 @@
 use bytes::Bytes;
 
 use super::WorkloadRun;
-use crate::bench::auth::AuthChannel;
 use crate::bench::cli::TxnCasArgs;
+use crate::bench::context::Context;
 use crate::bench::driver::{drive, Op};
 use crate::bench::error::{BenchError, OpError};
 use crate::bench::keys::KeyPicker;
 use crate::bench::recorder::Tag;
 use crate::bench::report::{latency_json, latency_text};
-use crate::bench::Context;
+use crate::client::AuthChannel;
 use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use crate::proto::etcdserverpb::kv_client::KvClient;
 use crate::proto::etcdserverpb::request_op::Request;

@@ -24,14 +24,14 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::codec::Streaming;
 
 use super::WorkloadRun;
-use crate::bench::auth::AuthChannel;
 use crate::bench::cli::WatchArgs;
+use crate::bench::context::Context;
 use crate::bench::driver::{drive, Op, Plan};
 use crate::bench::error::{BenchError, OpError};
 use crate::bench::keys::KeyPicker;
 use crate::bench::recorder::{Recorder, Tag};
 use crate::bench::report::{latency_json, latency_text};
-use crate::bench::Context;
+use crate::client::AuthChannel;
 use crate::proto::etcdserverpb::kv_client::KvClient;
 use crate::proto::etcdserverpb::watch_request::RequestUnion;
 use crate::proto::etcdserverpb::{PutRequest, WatchCreateRequest, WatchRequest, WatchResponse};

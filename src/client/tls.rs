@@ -1,11 +1,11 @@
-//! TLS for `quantykube bench`: etcd's benchmark flags `--cacert`, `--cert`, `--key` and
+//! TLS of a client connection: etcdctl's flags `--cacert`, `--cert`, `--key` and
 //! `--insecure-skip-tls-verify`, read once into the client configuration every
-//! `https://` connection uses.
+//! `https://` connection uses (`quantykube bench`, `snapshot save`, `admin`).
 //!
 //! This module owns reading and checking the PEM files (so that a missing or bad file
 //! is named before any connection is tried, not found as a handshake failure on every
 //! request) and the verifier of `--insecure-skip-tls-verify`. It must never decide
-//! which endpoints use TLS: [`super::conn`] does, from the endpoint's scheme.
+//! which endpoints use TLS: `endpoints` does, from the endpoint's scheme.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,8 +16,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::RootCertStore;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
-use super::cli::GlobalArgs;
-use super::error::BenchError;
+use super::error::ClientError;
 use crate::transport::error_chain;
 
 /// etcdctl's TLS flags: `--cacert`, `--cert`, `--key`, `--insecure-skip-tls-verify`.
@@ -51,17 +50,7 @@ impl ClientTls {
     /// The TLS configuration the flags describe, or `None` if no TLS flag is given.
     /// Reads and checks every file named: the CA bundle must hold at least one usable
     /// CA certificate, the key must be the private key of `--cert`.
-    pub fn from_args(args: &GlobalArgs) -> Result<Option<ClientTls>, BenchError> {
-        ClientTls::from_files(&TlsFiles {
-            cacert: args.cacert_file.as_deref(),
-            cert: args.cert_file.as_deref(),
-            key: args.key_file.as_deref(),
-            insecure_skip_tls_verify: args.insecure_skip_tls_verify,
-        })
-    }
-
-    /// The same from etcdctl's flags as any command takes them (`snapshot save` too).
-    pub fn from_files(args: &TlsFiles<'_>) -> Result<Option<ClientTls>, BenchError> {
+    pub fn from_files(args: &TlsFiles<'_>) -> Result<Option<ClientTls>, ClientError> {
         if !args.requested() {
             return Ok(None);
         }
@@ -90,8 +79,8 @@ impl ClientTls {
                 config = config.identity(Identity::from_pem(cert_pem, key_pem));
             }
             (None, None) => {}
-            // validate() refuses this; kept as an error rather than a panic.
-            _ => return Err(BenchError::Usage("--cert and --key go together".into())),
+            // `quantykube bench` refuses this in validate(); the other commands here.
+            _ => return Err(ClientError::Usage("--cert and --key go together".into())),
         }
         // Any server certificate, its handshake signatures still checked (the
         // transport's auto-TLS verifier: Go's InsecureSkipVerify).
@@ -102,24 +91,24 @@ impl ClientTls {
     }
 
     /// `endpoint` (an `https://` one) with this configuration.
-    pub fn apply(&self, endpoint: Endpoint, url: &str) -> Result<Endpoint, BenchError> {
+    pub fn apply(&self, endpoint: Endpoint, url: &str) -> Result<Endpoint, ClientError> {
         let config = self.config.clone();
         match &self.verifier {
             Some(verifier) => endpoint.tls_config_with_verifier(config, verifier.clone()),
             None => endpoint.tls_config(config),
         }
-        .map_err(|e| BenchError::Tls(format!("endpoint {url}: {}", error_chain(&e))))
+        .map_err(|e| ClientError::Tls(format!("endpoint {url}: {}", error_chain(&e))))
     }
 }
 
-fn read(flag: &str, path: &Path) -> Result<Vec<u8>, BenchError> {
+fn read(flag: &str, path: &Path) -> Result<Vec<u8>, ClientError> {
     std::fs::read(path)
-        .map_err(|e| BenchError::Tls(format!("{flag} {}: cannot read: {e}", path.display())))
+        .map_err(|e| ClientError::Tls(format!("{flag} {}: cannot read: {e}", path.display())))
 }
 
 /// At least one certificate, and each one usable as a trust anchor.
-fn check_ca_bundle(path: &Path, pem: &[u8]) -> Result<(), BenchError> {
-    let bad = |what: String| BenchError::Tls(format!("--cacert {}: {what}", path.display()));
+fn check_ca_bundle(path: &Path, pem: &[u8]) -> Result<(), ClientError> {
+    let bad = |what: String| ClientError::Tls(format!("--cacert {}: {what}", path.display()));
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(pem) {
         let cert = cert.map_err(|e| bad(format!("not a PEM certificate bundle: {e}")))?;
@@ -144,29 +133,29 @@ fn check_key_pair(
     key_path: &Path,
     key_pem: &[u8],
     provider: &rustls::crypto::CryptoProvider,
-) -> Result<(), BenchError> {
+) -> Result<(), ClientError> {
     let certs = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| {
-            BenchError::Tls(format!(
+            ClientError::Tls(format!(
                 "--cert {}: not a PEM certificate: {e}",
                 cert_path.display()
             ))
         })?;
     if certs.is_empty() {
-        return Err(BenchError::Tls(format!(
+        return Err(ClientError::Tls(format!(
             "--cert {}: no PEM certificate (BEGIN CERTIFICATE) in the file",
             cert_path.display()
         )));
     }
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| {
-        BenchError::Tls(format!(
+        ClientError::Tls(format!(
             "--key {}: no usable PEM private key: {e}",
             key_path.display()
         ))
     })?;
     rustls::sign::CertifiedKey::from_der(certs, key, provider).map_err(|e| {
-        BenchError::Tls(format!(
+        ClientError::Tls(format!(
             "--key {} does not go with --cert {}: {e}",
             key_path.display(),
             cert_path.display()
@@ -180,13 +169,20 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    fn args(extra: &[&str]) -> GlobalArgs {
-        use clap::Parser;
-        let cli = super::super::cli::BenchCli::try_parse_from(
-            ["quantykube bench", "put"].iter().chain(extra.iter()),
-        )
-        .expect("parses");
-        cli.global
+    /// The TLS configuration of etcdctl's TLS flags, as a command gives them.
+    fn from_flags(flags: &[&str]) -> Result<Option<ClientTls>, ClientError> {
+        let value = |flag: &str| {
+            flags
+                .iter()
+                .position(|f| *f == flag)
+                .map(|i| Path::new(flags[i + 1]))
+        };
+        ClientTls::from_files(&TlsFiles {
+            cacert: value("--cacert"),
+            cert: value("--cert"),
+            key: value("--key"),
+            insecure_skip_tls_verify: flags.contains(&"--insecure-skip-tls-verify"),
+        })
     }
 
     // A throwaway self-signed P-256 CA certificate (valid until 2126), its key, and an
@@ -220,21 +216,19 @@ weJASO1dC7IBnxrvECFxHomrlWMaRySHoZoG4y3K+CSXmppAz8rHrqr4\n\
     }
 
     fn missing() -> PathBuf {
-        std::env::temp_dir().join("quantykube-bench-tls-test-no-such-file.pem")
+        std::env::temp_dir().join("quantykube-client-tls-test-no-such-file.pem")
     }
 
     #[test]
     fn no_flags_no_tls() {
-        assert!(ClientTls::from_args(&args(&[]))
-            .expect("no files")
-            .is_none());
+        assert!(from_flags(&[]).expect("no files").is_none());
     }
 
     #[test]
     fn errors_name_the_missing_file() {
         let path = missing();
         let path = path.to_str().expect("utf-8 temp dir");
-        let error = ClientTls::from_args(&args(&["--cacert", path]))
+        let error = from_flags(&["--cacert", path])
             .err()
             .expect("missing CA")
             .to_string();
@@ -242,7 +236,7 @@ weJASO1dC7IBnxrvECFxHomrlWMaRySHoZoG4y3K+CSXmppAz8rHrqr4\n\
             error.contains("--cacert") && error.contains(path),
             "{error}"
         );
-        let error = ClientTls::from_args(&args(&["--cert", path, "--key", path]))
+        let error = from_flags(&["--cert", path, "--key", path])
             .err()
             .expect("missing cert")
             .to_string();
@@ -255,7 +249,7 @@ weJASO1dC7IBnxrvECFxHomrlWMaRySHoZoG4y3K+CSXmppAz8rHrqr4\n\
         let path = dir.path().join("ca.pem");
         std::fs::write(&path, "not a certificate\n").expect("write");
         let path = path.to_str().expect("utf-8 temp dir");
-        let error = ClientTls::from_args(&args(&["--cacert", path]))
+        let error = from_flags(&["--cacert", path])
             .err()
             .expect("bad CA")
             .to_string();
@@ -271,35 +265,32 @@ weJASO1dC7IBnxrvECFxHomrlWMaRySHoZoG4y3K+CSXmppAz8rHrqr4\n\
         let cert = write(dir.path(), "cert.pem", CERT);
         let key = write(dir.path(), "key.pem", KEY);
         let other = write(dir.path(), "other-key.pem", OTHER_KEY);
-        let tls = ClientTls::from_args(&args(&["--cacert", &cert, "--cert", &cert, "--key", &key]))
+        let tls = from_flags(&["--cacert", &cert, "--cert", &cert, "--key", &key])
             .expect("good files")
             .expect("TLS");
         assert!(tls.verifier.is_none());
         let endpoint = Endpoint::from_static("https://127.0.0.1:2379");
         assert!(tls.apply(endpoint, "https://127.0.0.1:2379").is_ok());
 
-        let error = ClientTls::from_args(&args(&[
-            "--cacert", &cert, "--cert", &cert, "--key", &other,
-        ]))
-        .err()
-        .expect("foreign key")
-        .to_string();
+        let error = from_flags(&["--cacert", &cert, "--cert", &cert, "--key", &other])
+            .err()
+            .expect("foreign key")
+            .to_string();
         assert!(
             error.contains(&other) && error.contains(&cert) && error.contains("does not go with"),
             "{error}"
         );
         // A certificate where the key should be.
-        let error =
-            ClientTls::from_args(&args(&["--cacert", &cert, "--cert", &cert, "--key", &cert]))
-                .err()
-                .expect("no key")
-                .to_string();
+        let error = from_flags(&["--cacert", &cert, "--cert", &cert, "--key", &cert])
+            .err()
+            .expect("no key")
+            .to_string();
         assert!(error.contains("--key") && error.contains(&cert), "{error}");
     }
 
     #[test]
     fn insecure_skip_verify_alone_is_tls() {
-        let tls = ClientTls::from_args(&args(&["--insecure-skip-tls-verify"]))
+        let tls = from_flags(&["--insecure-skip-tls-verify"])
             .expect("no files")
             .expect("TLS");
         assert!(tls.verifier.is_some());

@@ -1,5 +1,5 @@
-//! `--user NAME:PASSWORD`: etcd's authentication, for `quantykube bench` and
-//! `quantykube snapshot save`.
+//! `--user NAME:PASSWORD`: etcd's authentication, for `quantykube bench`,
+//! `quantykube snapshot save` and `quantykube admin`.
 //!
 //! As etcd's Go client does, each connection asks its endpoint for a token once
 //! (`Auth/Authenticate`) and sends it in the `token` gRPC metadata of every request;
@@ -34,7 +34,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tower::Service;
 
-use super::error::code_name;
+use super::error::{code_name, AuthFailed};
 use crate::proto::etcdserverpb::auth_client::AuthClient;
 use crate::proto::etcdserverpb::AuthenticateRequest;
 
@@ -138,16 +138,6 @@ impl clap::builder::TypedValueParser for UserParser {
                 .format(&mut cmd.clone())
             })
     }
-}
-
-/// Authentication failed: the server's words, never the password.
-#[derive(Debug, thiserror::Error)]
-#[error("authentication as user {user:?} failed at {url}: {kind}")]
-pub struct AuthFailed {
-    pub user: String,
-    pub url: String,
-    /// `<Code>: <message>` of the server's answer.
-    pub kind: String,
 }
 
 /// The token state of one connection.
