@@ -5,7 +5,7 @@
 //! names `--experimental-corrupt-check-time`, `--experimental-compact-hash-check-time`).
 //!
 //! This module owns these values' validation only; what the checks do is
-//! `crate::corruption`. It never logs: warnings go to the caller's list.
+//! the `corruption` module's. It never logs: warnings go to the caller's list.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! QuantyKube.
 //!
 //! This module owns reading the gates. What a gate switches on lives where the feature
-//! does (`crate::corruption` for the checks, `transport` for the peer local address).
+//! does (the `corruption` module for the checks, `transport` for the peer local address).
 //! It never logs: warnings go to the caller's list.
 
 use std::collections::BTreeMap;

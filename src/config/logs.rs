@@ -1,7 +1,7 @@
 //! etcd's logging flags: `--logger`, `--log-level`, `--log-format` and `--log-outputs`,
 //! read and checked as etcd 3.6's `setupLogging` does, with its messages.
 //!
-//! This module only says what the logs should be; `crate::logging` builds the
+//! This module only says what the logs should be; the `logging` module builds the
 //! subscriber and opens the files. It never opens a file or logs.
 
 use std::collections::BTreeMap;

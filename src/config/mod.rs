@@ -44,8 +44,13 @@ mod gates;
 mod logs;
 mod scan;
 mod tls;
+pub mod token_options;
 mod values;
 
+pub use self::auth::{
+    check_bcrypt_cost, AuthConfig, DEFAULT_BCRYPT_COST, DEFAULT_TOKEN_TTL, MAX_BCRYPT_COST,
+    MIN_BCRYPT_COST,
+};
 pub use self::compaction::{AutoCompaction, DEFAULT_REVISION_COMPACTION_INTERVAL};
 pub use self::gates::{FeatureGates, Gate};
 pub use self::logs::{LogFormat, LogOutput, LogSettings};
@@ -153,7 +158,7 @@ pub struct Config {
     pub max_learners: usize,
     /// `--auth-token`, `--auth-token-ttl`, `--bcrypt-cost` and whether client
     /// certificates name users (`--client-cert-auth`).
-    pub auth: crate::auth::AuthConfig,
+    pub auth: AuthConfig,
     /// `--experimental-initial-corrupt-check` (or the `InitialCorruptCheck` gate): a
     /// member with data compares its HashKV with its peers' before it starts.
     pub initial_corrupt_check: bool,
