@@ -8,10 +8,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::scan::Setting;
+use super::error::ConfigError;
+use super::setting::Setting;
 use super::token_options::{self, TokenOptions};
 use super::values::uint_setting;
-use super::ConfigError;
 
 /// etcd's `--auth-token-ttl` default (seconds).
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(300);

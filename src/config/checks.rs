@@ -10,10 +10,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::error::ConfigError;
 use super::gates::{FeatureGates, Gate};
-use super::scan::Setting;
+use super::setting::Setting;
 use super::values::parse_go_duration;
-use super::ConfigError;
 
 const INITIAL_CHECK_GATE: &str = "InitialCorruptCheck";
 const INITIAL_CHECK_FLAG: &str = "experimental-initial-corrupt-check";

@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::scan::Setting;
+use super::error::ConfigError;
+use super::setting::Setting;
 use super::values::parse_go_duration;
-use super::ConfigError;
 
 /// How often revision mode looks at the revision, as etcd's `revInterval`.
 pub const DEFAULT_REVISION_COMPACTION_INTERVAL: Duration = Duration::from_secs(5 * 60);

@@ -11,9 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use super::scan::Setting;
+use super::error::ConfigError;
+use super::setting::Setting;
 use super::values::{parse_go_bool, SYNTAX_ERROR};
-use super::ConfigError;
 
 /// A gate's maturity, as component-base's `prerelease`; `AllAlpha` and `AllBeta` set
 /// every gate of theirs that is not set explicitly.
