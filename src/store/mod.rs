@@ -25,6 +25,7 @@ mod latest;
 mod lease;
 pub mod member_records;
 mod meta;
+pub mod metrics;
 mod packed;
 mod range;
 mod range_stream;

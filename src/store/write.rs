@@ -658,7 +658,7 @@ impl<'s> ApplyBatch<'s> {
         meta::stage_applied_log_id(self.store, &mut staged.batch, &log_id)?;
         let started = tokio::time::Instant::now();
         self.store.db.write(staged.batch)?;
-        crate::metrics::storage::backend_committed(started.elapsed());
+        super::metrics::backend_committed(started.elapsed());
         if !staged.events.is_empty() {
             self.store.feed.publish(Changes {
                 since: self.written.current,
