@@ -1,18 +1,20 @@
-//! etcd's authentication and role-based access: users, roles and key permissions
-//! (applied through the log like any command, `state`), tokens (`simple_token`, `jwt`),
-//! passwords (`password`), and the one [`Auth::authorize`] entry point every service
-//! calls before it reads or proposes (`authorize`).
+//! etcd's authentication and role-based access: who asks (tokens: `simple_token`, `jwt`;
+//! passwords: `password`), and the one [`Auth::authorize`] entry point every service
+//! calls before it reads or proposes (`authorize`), deciding against the applied users,
+//! roles and key permissions.
 //!
-//! The store keeps the records and the applied state; it never sees who asks. This
-//! module never logs a password, a hash or a token.
+//! The store keeps the records and the applied state, and applies each auth change as
+//! the log orders it (`store::auth`: `state`, `permissions`, `error`, named here too);
+//! it never sees who asks. This module never logs a password, a hash or a token.
 
 pub mod authorize;
-pub mod error;
 pub mod jwt;
 pub mod password;
-pub mod permissions;
 pub mod simple_token;
-pub mod state;
+
+// The applied auth state and what each auth change means live with the store, which
+// applies them (`store::auth`); named here too for the callers of auth.
+pub use crate::store::auth::{error, permissions, state};
 
 use std::sync::Arc;
 

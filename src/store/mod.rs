@@ -11,7 +11,7 @@
 //! API layer does); it enforces only what depends on the data.
 
 mod alarm;
-mod auth;
+pub mod auth;
 mod compaction;
 mod defrag;
 mod encoding;

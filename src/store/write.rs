@@ -16,6 +16,7 @@ use bytes::Bytes;
 use quantykube_raft::{LogId, StoredMembership};
 use rocksdb::WriteBatch;
 
+use super::auth::error::AuthError;
 use super::encoding::{
     escape_key, history_key, latest_value, replaced_bytes, version_key, ChangeId, HistoryEntry,
     Replaced, StoredVersion,
@@ -451,7 +452,7 @@ impl<'s> ApplyBatch<'s> {
         let stale =
             stale && !crate::planted::is_planted(crate::planted::PlantedBug::StaleAuthRevision);
         let refused = if stale {
-            Some(StoreError::Auth(crate::auth::AuthError::AuthOldRevision))
+            Some(StoreError::Auth(AuthError::AuthOldRevision))
         } else {
             command
                 .request
