@@ -16,10 +16,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .file_descriptor_set_path(descriptors)
         .bytes(".")
-        // The admin API's Member keeps the fields it does not know (src/admin/member_message.rs).
+        // The admin API's Member keeps the fields it does not know
+        // (src/proto/admin/v1/member_message.rs).
         .extern_path(
             ".quantykube.admin.v1.Member",
-            "crate::admin::member_message::Member",
+            "crate::proto::admin::v1::Member",
         )
         // Prost's codec, with each message's buffer sized once (src/api/codec.rs).
         .codec_path("crate::api::codec::PresizedCodec")

@@ -1,5 +1,6 @@
 //! Generated protobuf types: etcd's API (wire-identical to etcd), QuantyKube's admin API
-//! and the raft command envelope. Only generated code lives here.
+//! and the raft command envelope. Only generated code lives here, and the one message
+//! written by hand in its place (the admin API's `Member`, in proto/admin/v1/).
 
 #![allow(clippy::all, missing_docs)]
 
@@ -41,7 +42,8 @@ pub mod admin {
     pub mod v1 {
         tonic::include_proto!("quantykube.admin.v1");
         /// Hand-written, to keep unknown fields (see its module).
-        pub use crate::admin::member_message::Member;
+        mod member_message;
+        pub use self::member_message::Member;
     }
 }
 

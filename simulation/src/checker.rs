@@ -69,33 +69,10 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
 
+use crate::fnv::Fnv;
 use crate::history::{Op, Operation, Outcome};
+pub use crate::violation::Violation;
 use crate::{client, linearizability};
-
-/// A checked property that does not hold, and the evidence.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Violation {
-    /// Which property, e.g. `convergence` or `stale-read`.
-    pub property: &'static str,
-    pub detail: String,
-}
-
-impl Violation {
-    fn new(property: &'static str, detail: impl Into<String>) -> Self {
-        Violation {
-            property,
-            detail: detail.into(),
-        }
-    }
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} violated: {}", self.property, self.detail)
-    }
-}
-
-impl std::error::Error for Violation {}
 
 /// One member's store as a serializable read sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -570,27 +547,6 @@ where
             property,
             format!("{name} does not answer: {error}"),
         )),
-    }
-}
-
-/// 64-bit FNV-1a: a small, stable hash, identical in every run and on every platform.
-pub(crate) struct Fnv(u64);
-
-impl Fnv {
-    pub(crate) fn new() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-
-    pub(crate) fn bytes(&mut self, bytes: &[u8]) {
-        // Length first, so that ("ab", "c") and ("a", "bc") differ.
-        for byte in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
-            self.0 ^= u64::from(*byte);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-
-    pub(crate) fn finish(&self) -> u64 {
-        self.0
     }
 }
 

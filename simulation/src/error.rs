@@ -1,7 +1,7 @@
 //! Why a simulation step failed: the harness's one error type.
 //!
 //! This module owns [`SimError`]. A violation of a checked property is not an error
-//! here; it is a [`crate::checker::Violation`].
+//! here; it is a [`crate::violation::Violation`].
 
 /// Something in the harness (not the system under test) went wrong, or a simulated
 /// member could not start.

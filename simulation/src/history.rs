@@ -128,7 +128,7 @@ impl Operation {
 
     /// True for a Put (with a lease or not), Delete or Cas whose outcome is unknown:
     /// it may or may not have made a revision. (A LeaseRevoke's revision is accounted
-    /// per lease, see [`crate::checker::check_accounting`].)
+    /// per lease, see the checker's `check_accounting`.)
     pub fn is_indefinite_write(&self) -> bool {
         matches!(
             (&self.op, &self.outcome),

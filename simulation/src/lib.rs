@@ -32,7 +32,8 @@
 //! host software), [`workload`] (client programs, watchers and a lease client among
 //! them), [`history`] (what clients and watchers saw), [`checker`] (convergence,
 //! revision, durability, watch and lease checks), [`linearizability`]
-//! (the KV history against a sequential etcd model), [`faults`] (seeded
+//! (the KV history against a sequential etcd model), [`violation`] (what every check
+//! reports), [`faults`] (seeded
 //! fault plans and their injection), [`scenario`] (one seed from start to verdict, as
 //! the CI seed set and the soak run it), [`rng`] (the harness's seeded choices).
 //!
@@ -47,22 +48,24 @@ pub mod client;
 pub mod cluster;
 pub mod error;
 pub mod faults;
+mod fnv;
 pub mod history;
 pub mod linearizability;
 pub mod net;
 pub mod node;
 pub mod rng;
 pub mod scenario;
+pub mod violation;
 pub mod workload;
 
 use std::time::Duration;
 
-pub use checker::Violation;
 pub use cluster::{SimCluster, SimClusterBuilder};
 pub use error::SimError;
 pub use faults::{Fault, FaultPlan};
 pub use history::History;
 pub use scenario::{Scenario, SeedReport};
+pub use violation::Violation;
 
 /// TCP segments a simulated socket buffers. turmoil's default (64) stalls HTTP/2
 /// under load; openraft's own turmoil tests use this value.

@@ -22,10 +22,11 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::checker::{self, Fnv};
+use crate::checker;
 use crate::cluster::SimCluster;
 use crate::error::SimError;
 use crate::faults::{step_until, Fault, FaultPlan, Injector, LeaderWatch, PartialIsolation};
+use crate::fnv::Fnv;
 use crate::history::{
     History, MembershipEntry, MembershipLog, Op, Operation, Outcome, SnapshotLog, WatchLog,
 };

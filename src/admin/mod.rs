@@ -11,7 +11,6 @@
 
 pub mod cli;
 mod error;
-pub(crate) mod member_message;
 mod member_status;
 mod members;
 mod paging;

@@ -11,13 +11,13 @@
 
 use std::time::SystemTime;
 
-use super::error::AuthError;
-use super::permissions::Need;
-use super::state::AuthState;
 use super::Auth;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::etcdserverpb::request_op::Request as Op;
 use crate::proto::etcdserverpb::{RequestOp, TxnRequest};
+use crate::store::auth::error::AuthError;
+use crate::store::auth::permissions::Need;
+use crate::store::auth::state::AuthState;
 use crate::transport::ConnectionInfo;
 
 /// The metadata key etcd's gRPC clients send their token under.

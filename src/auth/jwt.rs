@@ -20,7 +20,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey};
 use p521::ecdsa::signature::{Signer as _, Verifier as _};
 use serde_json::{Map, Value};
 
-use super::token_options::{JwtOptions, SignMethod};
+use crate::config::token_options::{JwtOptions, SignMethod};
 use keys::{PrivateKey, PublicKey};
 
 #[path = "jwt_keys.rs"]

@@ -9,7 +9,7 @@ use base64::Engine as _;
 use jsonwebtoken::{DecodingKey, EncodingKey};
 use ring::signature::KeyPair as _;
 
-use crate::auth::token_options::SignMethod;
+use crate::config::token_options::SignMethod;
 
 /// The first PEM block's label and DER, whatever the label (Go's `pem.Decode`).
 pub(super) fn pem_block(text: &[u8]) -> Result<(String, Vec<u8>), String> {

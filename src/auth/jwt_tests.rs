@@ -5,7 +5,7 @@ use super::*;
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::auth::token_options::{parse, TokenOptions};
+use crate::config::token_options::{parse, TokenOptions};
 
 const NOW: u64 = 1_700_000_000;
 

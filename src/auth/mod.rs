@@ -1,56 +1,34 @@
-//! etcd's authentication and role-based access: users, roles and key permissions
-//! (applied through the log like any command, `state`), tokens (`simple_token`, `jwt`),
-//! passwords (`password`), and the one [`Auth::authorize`] entry point every service
-//! calls before it reads or proposes (`authorize`).
+//! etcd's authentication and role-based access: who asks (tokens: `simple_token`, `jwt`;
+//! passwords: `password`), and the one [`Auth::authorize`] entry point every service
+//! calls before it reads or proposes (`authorize`), deciding against the applied users,
+//! roles and key permissions.
 //!
-//! The store keeps the records and the applied state; it never sees who asks. This
-//! module never logs a password, a hash or a token.
+//! The store keeps the records and the applied state, and applies each auth change as
+//! the log orders it (`store::auth`: `state`, `permissions`, `error`, named here too);
+//! it never sees who asks. This module never logs a password, a hash or a token.
 
 pub mod authorize;
-pub mod error;
 pub mod jwt;
 pub mod password;
-pub mod permissions;
 pub mod simple_token;
-pub mod state;
-pub mod token_options;
+
+// The applied auth state and what each auth change means live with the store, which
+// applies them (`store::auth`); named here too for the callers of auth.
+pub use crate::store::auth::{error, permissions, state};
 
 use std::sync::Arc;
-use std::time::Duration;
 
 pub use authorize::{Action, Caller, Grant};
 pub use error::AuthError;
 pub use simple_token::SimpleTokens;
 
+use crate::config::token_options::TokenOptions;
+use crate::config::AuthConfig;
 use crate::proto::command::auth_command::Request as AuthRequest;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
 use crate::proto::command::{Command, CommandResult};
 use crate::store::RevisionStore;
-use token_options::TokenOptions;
-
-/// etcd's `--auth-token-ttl` default (seconds).
-pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(300);
-
-/// etcd's auth flags, checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AuthConfig {
-    pub token: TokenOptions,
-    pub token_ttl: Duration,
-    pub bcrypt_cost: u32,
-    pub client_cert_auth: bool,
-}
-
-impl Default for AuthConfig {
-    fn default() -> Self {
-        AuthConfig {
-            token: TokenOptions::Simple,
-            token_ttl: DEFAULT_TOKEN_TTL,
-            bcrypt_cost: password::DEFAULT_COST,
-            client_cert_auth: false,
-        }
-    }
-}
 
 /// One member's auth: the applied store, its tokens, and how it hashes passwords.
 pub struct Auth {

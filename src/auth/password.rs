@@ -9,11 +9,6 @@ use std::str::FromStr as _;
 use base64::Engine as _;
 use thiserror::Error;
 
-/// Go's `bcrypt.DefaultCost`, etcd's `--bcrypt-cost` default.
-pub const DEFAULT_COST: u32 = 10;
-/// Go's `bcrypt.MinCost` and `MaxCost`.
-pub const MIN_COST: u32 = 4;
-pub const MAX_COST: u32 = 31;
 /// bcrypt reads this many bytes of a password and no more.
 pub const MAX_PASSWORD_BYTES: usize = 72;
 
@@ -79,20 +74,10 @@ pub fn matches(password: &str, stored: Option<&[u8]>, decoy: &str) -> bool {
     }
 }
 
-/// `--bcrypt-cost` as etcd takes it: out of range is refused at startup.
-pub fn check_cost(cost: u32) -> Result<u32, String> {
-    if (MIN_COST..=MAX_COST).contains(&cost) {
-        Ok(cost)
-    } else {
-        Err(format!(
-            "--bcrypt-cost {cost}: must be between {MIN_COST} and {MAX_COST}"
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::MIN_BCRYPT_COST as MIN_COST;
 
     /// A cost-4 hash of a password no test uses.
     const DECOY: &str = "$2a$04$Q9Bz3Vn4k1bQw0p7b2tLpuJ2YcQ8m0m3o3S7q2Q1n2wq9l7aPZk3y";
@@ -139,12 +124,5 @@ mod tests {
             "the 73rd byte must not be ignored"
         );
         assert!(!matches(&"y".repeat(1 << 20), None, DECOY));
-    }
-
-    #[test]
-    fn costs_outside_bcrypt_range_are_refused() {
-        assert!(check_cost(3).is_err());
-        assert!(check_cost(32).is_err());
-        assert_eq!(check_cost(10), Ok(10));
     }
 }

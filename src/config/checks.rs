@@ -5,15 +5,15 @@
 //! names `--experimental-corrupt-check-time`, `--experimental-compact-hash-check-time`).
 //!
 //! This module owns these values' validation only; what the checks do is
-//! `crate::corruption`. It never logs: warnings go to the caller's list.
+//! the `corruption` module's. It never logs: warnings go to the caller's list.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::error::ConfigError;
 use super::gates::{FeatureGates, Gate};
-use super::scan::Setting;
+use super::setting::Setting;
 use super::values::parse_go_duration;
-use super::ConfigError;
 
 const INITIAL_CHECK_GATE: &str = "InitialCorruptCheck";
 const INITIAL_CHECK_FLAG: &str = "experimental-initial-corrupt-check";

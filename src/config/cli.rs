@@ -9,9 +9,12 @@
 
 use clap::{Arg, ArgAction, CommandFactory, Parser};
 
-use super::flags::{env_key, Treatment, FLAGS};
+use super::flags::{Treatment, FLAGS};
+use super::setting::env_key;
 use super::tls::TLS_FLAGS;
-use super::ETCD_API_VERSION;
+
+/// The etcd API version QuantyKube implements.
+pub const ETCD_API_VERSION: &str = "3.7";
 
 /// The implemented flags. Values stay strings here: they are parsed once the
 /// environment is merged in, so that errors name where a value came from.

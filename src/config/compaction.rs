@@ -3,21 +3,21 @@
 //! 3.6, server/embed/etcd.go), with etcd's messages; and QuantyKube's
 //! `--auto-compaction-revision-interval`, the one interval etcd fixes in its code.
 //!
-//! This module owns what the flags mean. It never runs a compaction (`crate::compactor`
+//! This module owns what the flags mean. It never runs a compaction (the `compactor`
 //! does) and, as all of `config`, never logs, reads the environment or exits: what etcd
 //! would do silently but strangely becomes a warning for the caller.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::scan::Setting;
+use super::error::ConfigError;
+use super::setting::Setting;
 use super::values::parse_go_duration;
-use super::ConfigError;
 
 /// How often revision mode looks at the revision, as etcd's `revInterval`.
 pub const DEFAULT_REVISION_COMPACTION_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
-/// What the leader compacts, and when (see `crate::compactor`).
+/// What the leader compacts, and when (the `compactor` module acts on it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AutoCompaction {
     /// `periodic`: keep `retention` of history (a Go duration, or a whole number of

@@ -26,10 +26,11 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Number, Value};
 
+use super::error::ConfigError;
 use super::file_keys::{GoType, Node, Section, Target, ROOT};
 use super::flags::{self, EtcdFlag, Treatment};
-use super::scan::{Origin, Setting, Settings};
-use super::ConfigError;
+use super::scan::Settings;
+use super::setting::{Origin, Setting};
 
 /// What a config file sets.
 #[derive(Debug, Default)]

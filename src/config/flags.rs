@@ -8,9 +8,9 @@
 //! [`Config`](super::Config) (`resolve` does) nor scans arguments, and it must never
 //! read the environment, log or exit: warnings go to the caller's list.
 
-use super::scan::Setting;
+use super::error::ConfigError;
+use super::setting::Setting;
 use super::values::{parse_go_bool, parse_go_duration, parse_go_int, parse_go_uint, SYNTAX_ERROR};
-use super::ConfigError;
 
 /// How a flag takes its value, as Go's flag package sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -359,11 +359,6 @@ pub(super) fn check_warning_unary_request_duration(
 /// The etcd flag of that name (without dashes), if there is one.
 pub(super) fn lookup(name: &str) -> Option<&'static EtcdFlag> {
     FLAGS.iter().find(|f| f.name == name)
-}
-
-/// etcd's `flags.FlagToEnv("ETCD", name)`.
-pub(super) fn env_key(name: &str) -> String {
-    format!("ETCD_{}", name.to_ascii_uppercase().replace('-', "_"))
 }
 
 /// Whether `value` parses as `kind` and, if so, its canonical form for comparison.

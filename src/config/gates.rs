@@ -6,14 +6,14 @@
 //! QuantyKube.
 //!
 //! This module owns reading the gates. What a gate switches on lives where the feature
-//! does (`crate::corruption` for the checks, `transport` for the peer local address).
+//! does (the `corruption` module for the checks, `transport` for the peer local address).
 //! It never logs: warnings go to the caller's list.
 
 use std::collections::BTreeMap;
 
-use super::scan::Setting;
+use super::error::ConfigError;
+use super::setting::Setting;
 use super::values::{parse_go_bool, SYNTAX_ERROR};
-use super::ConfigError;
 
 /// A gate's maturity, as component-base's `prerelease`; `AllAlpha` and `AllBeta` set
 /// every gate of theirs that is not set explicitly.

@@ -1,15 +1,59 @@
 //! etcd's logging flags: `--logger`, `--log-level`, `--log-format` and `--log-outputs`,
 //! read and checked as etcd 3.6's `setupLogging` does, with its messages.
 //!
-//! This module only says what the logs should be; `crate::logging` builds the
+//! This module only says what the logs should be; the `logging` module builds the
 //! subscriber and opens the files. It never opens a file or logs.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::PathBuf;
 
-use super::scan::Setting;
-use super::values::parse_log_level;
-use super::{ConfigError, LogLevel};
+use super::error::ConfigError;
+use super::setting::Setting;
+
+/// `--log-level`, etcd's (zap's) levels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Warn,
+    Error,
+    Panic,
+    Fatal,
+}
+
+impl LogLevel {
+    /// The level as etcd spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+            LogLevel::Panic => "panic",
+            LogLevel::Fatal => "fatal",
+        }
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+pub(super) fn parse_log_level(s: &str) -> Option<LogLevel> {
+    // zap accepts each level in lower or upper case, and "" as info.
+    Some(match s {
+        "debug" | "DEBUG" => LogLevel::Debug,
+        "info" | "INFO" | "" => LogLevel::Info,
+        "warn" | "WARN" => LogLevel::Warn,
+        "error" | "ERROR" => LogLevel::Error,
+        "panic" | "PANIC" => LogLevel::Panic,
+        "fatal" | "FATAL" => LogLevel::Fatal,
+        _ => return None,
+    })
+}
 
 /// `--log-format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

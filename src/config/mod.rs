@@ -37,23 +37,32 @@ mod auth;
 mod checks;
 mod cli;
 mod compaction;
+mod error;
 mod file;
 mod file_keys;
 mod flags;
 mod gates;
 mod logs;
 mod scan;
+mod setting;
 mod tls;
+pub mod token_options;
 mod values;
 
+pub use self::auth::{
+    check_bcrypt_cost, AuthConfig, DEFAULT_BCRYPT_COST, DEFAULT_TOKEN_TTL, MAX_BCRYPT_COST,
+    MIN_BCRYPT_COST,
+};
+pub use self::cli::ETCD_API_VERSION;
 pub use self::compaction::{AutoCompaction, DEFAULT_REVISION_COMPACTION_INTERVAL};
+pub use self::error::ConfigError;
 pub use self::gates::{FeatureGates, Gate};
-pub use self::logs::{LogFormat, LogOutput, LogSettings};
+pub use self::logs::{LogFormat, LogLevel, LogOutput, LogSettings};
 pub use self::tls::{CipherSuite, TlsInfo, TlsPolicy, TlsSettings, TlsVersion};
+pub use self::values::{ClusterMember, ClusterState};
 
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
-use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -62,9 +71,10 @@ use clap::FromArgMatches;
 use url::Url;
 
 use self::cli::{command, help_text, tls_values, version_text, Cli};
-use self::flags::{check_other, env_key, MIGRATED_FLAGS};
+use self::flags::{check_other, MIGRATED_FLAGS};
 use self::gates::GateSource;
-use self::scan::{merge, scan, Origin, Setting, Settings};
+use self::scan::{merge, scan, Settings};
+use self::setting::{env_key, Origin, Setting};
 use self::values::{
     advertise_urls, check_initial_cluster, is_version, listen_urls, optional_listen_urls,
     parse_go_bool, parse_go_duration, parse_go_int, parse_initial_cluster, to_usize, uint_setting,
@@ -73,8 +83,6 @@ use self::values::{
 
 /// The etcd server version reported by `Maintenance.Status` unless `--etcd-version` says otherwise.
 pub const DEFAULT_ETCD_VERSION: &str = "3.7.1";
-/// The etcd API version QuantyKube implements.
-pub const ETCD_API_VERSION: &str = "3.7";
 /// etcd's backend quota when `--quota-backend-bytes` is 0 (2 GiB).
 pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 /// etcd 3.6's `--snapshot-count` default (3.5 and older used 100000).
@@ -153,7 +161,7 @@ pub struct Config {
     pub max_learners: usize,
     /// `--auth-token`, `--auth-token-ttl`, `--bcrypt-cost` and whether client
     /// certificates name users (`--client-cert-auth`).
-    pub auth: crate::auth::AuthConfig,
+    pub auth: AuthConfig,
     /// `--experimental-initial-corrupt-check` (or the `InitialCorruptCheck` gate): a
     /// member with data compares its HashKV with its peers' before it starts.
     pub initial_corrupt_check: bool,
@@ -236,54 +244,6 @@ fn unique_strings(setting: Option<&Setting>) -> Vec<String> {
     values
 }
 
-/// One `name=url` group of `--initial-cluster`; a name given several times has several URLs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClusterMember {
-    pub name: String,
-    /// `http://host:port`, sorted.
-    pub peer_urls: Vec<String>,
-}
-
-/// `--initial-cluster-state`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClusterState {
-    /// Bootstrap a new cluster from `--initial-cluster`.
-    New,
-    /// Join a cluster that already has this member (added with MemberAdd).
-    Existing,
-}
-
-/// `--log-level`, etcd's (zap's) levels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogLevel {
-    Debug,
-    Info,
-    Warn,
-    Error,
-    Panic,
-    Fatal,
-}
-
-impl LogLevel {
-    /// The level as etcd spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Warn => "warn",
-            LogLevel::Error => "error",
-            LogLevel::Panic => "panic",
-            LogLevel::Fatal => "fatal",
-        }
-    }
-}
-
-impl fmt::Display for LogLevel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// What the command line asks for.
 #[derive(Clone, Debug)]
 pub enum Invocation {
@@ -297,63 +257,6 @@ pub enum Invocation {
     Help(String),
     /// `--version`: print this to stdout and exit 0.
     Version(String),
-}
-
-/// Why the command line or environment was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// Not an etcd flag, or a stray argument: clap's own error (print it, or `exit()` it).
-    #[error(transparent)]
-    Usage(#[from] clap::Error),
-    /// Malformed flag syntax, as Go's flag package reports it.
-    #[error("{0}")]
-    Syntax(String),
-    /// An etcd flag QuantyKube does not implement yet, set to a value that would matter.
-    #[error("{}", unimplemented_message(.flag, .subject, *.only))]
-    Unimplemented {
-        flag: &'static str,
-        /// Where it was set: `--flag`, `ETCD_FLAG (--flag)` or `config file key k (--flag)`.
-        subject: String,
-        /// The one value that is accepted, because QuantyKube behaves that way anyway.
-        only: Option<&'static str>,
-    },
-    /// A config file that cannot be read or decoded, in etcd's words.
-    #[error("{0}")]
-    ConfigFile(String),
-    /// A value that does not parse; `origin` is `flag --x` or `ETCD_X`.
-    #[error("invalid value {value:?} for {origin}: {reason}")]
-    InvalidValue {
-        origin: String,
-        value: String,
-        reason: String,
-    },
-    /// A combination etcd refuses, with etcd's message.
-    #[error("{0}")]
-    Invalid(String),
-}
-
-impl ConfigError {
-    /// The exit status etcd uses: 2 for command-line syntax (Go's flag package), 1 otherwise.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            ConfigError::Usage(e) => e.exit_code(),
-            ConfigError::Syntax(_) => 2,
-            // Go's flag package exits with 2 for a value it cannot take; a variable or a
-            // config file key that etcd reads later exits with 1.
-            ConfigError::InvalidValue { origin, .. } if origin.starts_with("flag ") => 2,
-            _ => 1,
-        }
-    }
-}
-
-fn unimplemented_message(flag: &str, subject: &str, only: Option<&str>) -> String {
-    match only {
-        Some(v) => format!(
-            "{subject} is an etcd flag that QuantyKube does not implement yet \
-             (only --{flag}={v}, which is what QuantyKube does, is accepted)"
-        ),
-        None => format!("{subject} is an etcd flag that QuantyKube does not implement yet"),
-    }
 }
 
 /// Parses `args` (program name first, as `std::env::args_os()` yields them) and the

@@ -11,9 +11,10 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::flags::{env_key, lookup, EtcdFlag, Kind, Treatment, FLAGS};
+use super::error::ConfigError;
+use super::flags::{lookup, EtcdFlag, Kind, Treatment, FLAGS};
+use super::setting::{env_key, Setting};
 use super::values::{parse_go_bool, SYNTAX_ERROR};
-use super::ConfigError;
 
 /// The command line, as Go's flag package reads it.
 #[derive(Default)]
@@ -168,69 +169,5 @@ pub(super) fn merge(
     Settings {
         implemented: settings,
         others,
-    }
-}
-
-/// Where a value came from, for messages.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Origin {
-    Flag(&'static str),
-    Env(&'static str),
-    /// A `--config-file` key (its path from the top, e.g.
-    /// `peer-transport-security.cert-file`) and the flag it sets.
-    File {
-        key: &'static str,
-        flag: &'static str,
-    },
-}
-
-impl Origin {
-    /// As Go's flag package and etcd's env reader name it in "invalid value" errors.
-    fn describe(self) -> String {
-        match self {
-            Origin::Flag(name) => format!("flag --{name}"),
-            Origin::Env(name) => env_key(name),
-            Origin::File { key, .. } => format!("config file key {key}"),
-        }
-    }
-
-    /// As the warnings and refusals of non-implemented flags name it.
-    pub(super) fn subject(self) -> String {
-        match self {
-            Origin::Flag(name) => format!("--{name}"),
-            Origin::Env(name) => format!("{} (--{name})", env_key(name)),
-            Origin::File { key, flag } => format!("config file key {key} (--{flag})"),
-        }
-    }
-}
-
-/// One explicitly set flag: its value, still a string, and where it came from.
-#[derive(Clone, Debug)]
-pub(super) struct Setting {
-    pub(super) value: String,
-    pub(super) origin: Origin,
-}
-
-impl Setting {
-    pub(super) fn flag(name: &'static str, value: String) -> Self {
-        Setting {
-            value,
-            origin: Origin::Flag(name),
-        }
-    }
-
-    fn env(name: &'static str, value: String) -> Self {
-        Setting {
-            value,
-            origin: Origin::Env(name),
-        }
-    }
-
-    pub(super) fn invalid(&self, reason: impl Into<String>) -> ConfigError {
-        ConfigError::InvalidValue {
-            origin: self.origin.describe(),
-            value: self.value.clone(),
-            reason: reason.into(),
-        }
     }
 }

@@ -13,9 +13,9 @@ use std::path::PathBuf;
 
 use url::Url;
 
-use super::scan::Setting;
+use super::error::ConfigError;
+use super::setting::Setting;
 use super::values::{parse_go_bool, uint_setting, SYNTAX_ERROR};
-use super::ConfigError;
 
 /// One side's TLS, as etcd's `transport.TLSInfo`: the client port's (`--cert-file`...)
 /// or the peer port's (`--peer-cert-file`...).

@@ -11,8 +11,25 @@ use std::net::IpAddr;
 
 use url::Url;
 
-use super::scan::Setting;
-use super::{ClusterMember, ClusterState, ConfigError, LogLevel};
+use super::error::ConfigError;
+use super::setting::Setting;
+
+/// One `name=url` group of `--initial-cluster`; a name given several times has several URLs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterMember {
+    pub name: String,
+    /// `http://host:port`, sorted.
+    pub peer_urls: Vec<String>,
+}
+
+/// `--initial-cluster-state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterState {
+    /// Bootstrap a new cluster from `--initial-cluster`.
+    New,
+    /// Join a cluster that already has this member (added with MemberAdd).
+    Existing,
+}
 
 // ---------------------------------------------------------------------------------
 // Values as Go's flag package and etcd read them.
@@ -162,19 +179,6 @@ pub(super) fn to_usize(setting: Option<&Setting>, value: u64) -> Result<usize, C
     usize::try_from(value).map_err(|_| match setting {
         Some(s) => s.invalid(RANGE_ERROR),
         None => ConfigError::Invalid(format!("{value} does not fit this platform")),
-    })
-}
-
-pub(super) fn parse_log_level(s: &str) -> Option<LogLevel> {
-    // zap accepts each level in lower or upper case, and "" as info.
-    Some(match s {
-        "debug" | "DEBUG" => LogLevel::Debug,
-        "info" | "INFO" | "" => LogLevel::Info,
-        "warn" | "WARN" => LogLevel::Warn,
-        "error" | "ERROR" => LogLevel::Error,
-        "panic" | "PANIC" => LogLevel::Panic,
-        "fatal" | "FATAL" => LogLevel::Fatal,
-        _ => return None,
     })
 }
 

@@ -3,7 +3,8 @@
 //! `docs/metrics.md` lists every metric and how it is computed.
 //!
 //! This module owns the one registry of the process (the raft crate's metrics are
-//! registered into it by [`quantykube_raft::metrics::register`]) and [`render`], the
+//! registered into it by [`quantykube_raft::metrics::register`], the store's by
+//! `store::metrics::register`) and [`render`], the
 //! only code that formats metrics: the HTTP layer serves `render()` with
 //! [`CONTENT_TYPE`] at `/metrics`. Code that counts calls the small recording functions
 //! of the submodules; they touch pre-resolved handles with atomic operations only, so
@@ -47,6 +48,7 @@ fn register_all(registry: &Registry) -> prometheus::Result<()> {
     storage::register(registry)?;
     grpc::register(registry)?;
     runtime::register(registry)?;
+    crate::store::metrics::register(registry)?;
     quantykube_raft::metrics::register(registry)
 }
 

@@ -1,34 +1,19 @@
-//! etcd's disk and mvcc metrics: backend commit latency, database sizes, key count and
-//! revisions, the watch gauges and etcd 3.6's `etcd_debugging_server_alarms`, plus
-//! QuantyKube's watch catch-up count.
+//! etcd's mvcc metrics: database sizes, key count and revisions, the watch gauges and
+//! etcd 3.6's `etcd_debugging_server_alarms`, plus QuantyKube's watch catch-up count.
+//! (The backend commit latency is recorded by the store, `store::metrics`.)
 //!
 //! Sizes, key count, revisions and alarms are read from the store when scraped (RocksDB
 //! properties, the `meta` counters and the in-memory alarm set, no scan), from the
 //! store of the member that started last in this process.
 
 use std::sync::{Arc, LazyLock, RwLock, Weak};
-use std::time::Duration;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntGauge, IntGaugeVec, Opts, PullingGauge, Registry,
-};
+use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, PullingGauge, Registry};
 
 use super::server::malformed;
 use crate::store::RevisionStore;
-
-static BACKEND_COMMIT: LazyLock<Histogram> = LazyLock::new(|| {
-    let name = "etcd_disk_backend_commit_duration_seconds";
-    Histogram::with_opts(
-        HistogramOpts::new(
-            name,
-            "The latency distributions of commit called by backend.",
-        )
-        .buckets(quantykube_raft::metrics::disk_buckets()),
-    )
-    .unwrap_or_else(|e| malformed(name, e))
-});
 
 static WATCH_STREAMS: LazyLock<IntGauge> = LazyLock::new(|| {
     let name = "etcd_debugging_mvcc_watch_stream_total";
@@ -122,7 +107,6 @@ fn revision(value: Result<i64, crate::store::StoreError>) -> u64 {
 
 pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
     let collectors: Vec<Box<dyn Collector>> = vec![
-        Box::new(BACKEND_COMMIT.clone()),
         Box::new(WATCH_STREAMS.clone()),
         Box::new(WATCHERS.clone()),
         Box::new(WATCH_CATCH_UPS.clone()),
@@ -162,11 +146,6 @@ pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
 /// The store scrape-time gauges read from now on.
 pub(super) fn observe_store(store: &Arc<RevisionStore>) {
     *STORE.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(store));
-}
-
-/// One write of an applied batch to the store took `elapsed` (etcd's bbolt commit).
-pub fn backend_committed(elapsed: Duration) {
-    BACKEND_COMMIT.observe(elapsed.as_secs_f64());
 }
 
 /// Counts one watch stream while it is served.

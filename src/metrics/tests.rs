@@ -180,7 +180,7 @@ fn labelled_metrics_appear_with_their_labels_once_recorded() {
 fn recording_functions_move_their_metrics() {
     let before = rendered();
     quantykube_raft::metrics::wal_fsynced(Duration::from_millis(3));
-    storage::backend_committed(Duration::from_millis(3));
+    crate::store::metrics::backend_committed(Duration::from_millis(3));
     server::lease_expired();
     storage::watch_caught_up();
     let after = rendered();

@@ -32,7 +32,7 @@ pub enum StoreError {
     /// The auth store refuses the command (or it was authorised at an older auth
     /// revision than the one applied).
     #[error("{0}")]
-    Auth(#[from] crate::auth::AuthError),
+    Auth(#[from] super::auth::error::AuthError),
     /// The admin API: a guarded sync's uid or version is not the record's.
     #[error("the resource's uid or version is not the one given")]
     VersionMismatch,

@@ -1,5 +1,5 @@
 //! A consistent view of the whole store, for export to another format (etcd's snapshot
-//! file, `crate::backup`).
+//! file, written by the `backup` module).
 //!
 //! An [`Export`] holds one RocksDB snapshot, taken while no snapshot install runs, and
 //! reads from it every stored version in revision order with its full record (the

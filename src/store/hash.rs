@@ -58,7 +58,7 @@ impl RevisionStore {
     /// The hash of the key space at the compacted revision itself, which `hash_kv`
     /// refuses: what a compaction left, equal on members that applied the same history
     /// up to that compaction whatever they applied since (the compaction-hash check,
-    /// `crate::corruption`). `None` before any compaction.
+    /// the `corruption` module). `None` before any compaction.
     pub fn compaction_hash(&self) -> Result<Option<KvHash>, StoreError> {
         let snapshot = self.db.snapshot();
         let reader = Reader::new(self, &snapshot)?;

@@ -1,6 +1,6 @@
 //! Filling a new, empty store from another store's history (etcd's snapshot file,
-//! `crate::backup`): every stored version in revision order, the live leases, and the
-//! compaction the source had reached.
+//! read by the `backup` module): every stored version in revision order, the live
+//! leases, and the compaction the source had reached.
 //!
 //! An [`Import`] writes what `apply` would have left behind: each version with its
 //! `history` entry, the `latest` index, the counters, and, at the end, the lease

@@ -11,7 +11,7 @@
 //! API layer does); it enforces only what depends on the data.
 
 mod alarm;
-mod auth;
+pub mod auth;
 mod compaction;
 mod defrag;
 mod encoding;
@@ -25,6 +25,7 @@ mod latest;
 mod lease;
 pub mod member_records;
 mod meta;
+pub mod metrics;
 mod packed;
 mod range;
 mod range_stream;

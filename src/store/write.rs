@@ -16,6 +16,7 @@ use bytes::Bytes;
 use quantykube_raft::{LogId, StoredMembership};
 use rocksdb::WriteBatch;
 
+use super::auth::error::AuthError;
 use super::encoding::{
     escape_key, history_key, latest_value, replaced_bytes, version_key, ChangeId, HistoryEntry,
     Replaced, StoredVersion,
@@ -439,7 +440,7 @@ impl<'s> ApplyBatch<'s> {
         let stale =
             stale && !crate::planted::is_planted(crate::planted::PlantedBug::StaleAuthRevision);
         let refused = if stale {
-            Some(StoreError::Auth(crate::auth::AuthError::AuthOldRevision))
+            Some(StoreError::Auth(AuthError::AuthOldRevision))
         } else {
             command
                 .request
@@ -616,7 +617,7 @@ impl<'s> ApplyBatch<'s> {
         meta::stage_applied_log_id(self.store, &mut staged.batch, &log_id)?;
         let started = tokio::time::Instant::now();
         self.store.db.write(staged.batch)?;
-        crate::metrics::storage::backend_committed(started.elapsed());
+        super::metrics::backend_committed(started.elapsed());
         if !staged.events.is_empty() {
             self.store.feed.publish(Changes {
                 since: self.written.current,

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::checker::Fnv;
+use crate::fnv::Fnv;
 
 /// A member as a MemberList (or a change's answer) lists it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

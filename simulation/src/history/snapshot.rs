@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::checker::Fnv;
+use crate::fnv::Fnv;
 
 /// One Snapshot call.
 #[derive(Clone, Debug, PartialEq, Eq)]

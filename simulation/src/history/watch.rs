@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::checker::Fnv;
+use crate::fnv::Fnv;
 
 /// The kind of a watch event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

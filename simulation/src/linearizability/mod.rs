@@ -41,7 +41,7 @@
 //! out.
 //!
 //! Not checked here: serializable Gets (the staleness checks in
-//! [`checker`](crate::checker) cover them); whether a Compact really made older
+//! the `checker` module cover them); whether a Compact really made older
 //! revisions unreadable (nothing in the history reads at a revision); a key's
 //! create_revision and version, which the model keeps but no recorded answer carries;
 //! and compactions that failed for a definite reason (compacted or future revision),
@@ -58,8 +58,8 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use crate::checker::Violation;
 use crate::history::{Op, Operation, Outcome};
+use crate::violation::Violation;
 
 use model::{Input, KeyId, Output, State, Step, ValueId, UNSEEN};
 use search::{Call, Search};

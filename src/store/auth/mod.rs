@@ -4,16 +4,20 @@
 //!
 //! Records change only through an applied `Auth` command; the state in memory is
 //! reloaded from `meta` after every such change and every snapshot install, and never
-//! changed anywhere else. What a change means is `auth::state`'s; this module only
+//! changed anywhere else. What a change means is [`state`]'s; this module only
 //! stores it and never looks at who asks.
+
+pub mod error;
+pub mod permissions;
+pub mod state;
 
 use std::sync::{Arc, RwLock};
 
 use prost::Message;
 use rocksdb::WriteBatch;
 
+use self::state::{AuthState, Change};
 use super::{RevisionStore, StoreError, CF_META};
-use crate::auth::state::{AuthState, Change};
 use crate::proto::authpb::{Role, User};
 use crate::proto::command::auth_command::Request as AuthRequest;
 use crate::proto::command::AuthResult;
