@@ -13,7 +13,7 @@
 //! `src`); no files import each other in a circle (imports of a file's own ancestors
 //! aside); no top-level modules either. `simulation/src` is held to the circle rules.
 //!
-//! `cargo test --test layers -- --include-ignored --nocapture` prints every offence.
+//! `cargo test --test layers -- --nocapture` prints every offence.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -634,7 +634,6 @@ fn report(what: &str, graph: &Graph, checks: &[(&str, Vec<String>)]) {
 }
 
 #[test]
-#[ignore = "enabled once issue 51's refactor lands"]
 fn quantykube_follows_its_layers() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let graph = analyse("src", &read_sources(root, "src")).unwrap_or_else(|e| panic!("{e}"));
@@ -652,7 +651,6 @@ fn quantykube_follows_its_layers() {
 }
 
 #[test]
-#[ignore = "enabled once issue 51's refactor lands"]
 fn simulation_has_no_circles() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let sources = read_sources(root, "simulation/src");

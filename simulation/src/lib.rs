@@ -50,6 +50,7 @@ pub mod error;
 pub mod faults;
 mod fnv;
 pub mod history;
+pub mod leaders;
 pub mod linearizability;
 pub mod net;
 pub mod node;

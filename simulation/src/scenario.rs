@@ -25,11 +25,12 @@ use std::time::Duration;
 use crate::checker;
 use crate::cluster::SimCluster;
 use crate::error::SimError;
-use crate::faults::{step_until, Fault, FaultPlan, Injector, LeaderWatch, PartialIsolation};
+use crate::faults::{step_until, Fault, FaultPlan, Injector};
 use crate::fnv::Fnv;
 use crate::history::{
     History, MembershipEntry, MembershipLog, Op, Operation, Outcome, SnapshotLog, WatchLog,
 };
+use crate::leaders::{LeaderWatch, PartialIsolation};
 use crate::rng::{mix, SimRng};
 use crate::workload::{
     Lapse, LeaseClient, MembershipClient, MembershipOp, MembershipStep, Mixed, Pileup, Renewals,

@@ -58,7 +58,7 @@ impl Election for ElectionService {
         let (header, leader) =
             cancel::detached(move |cancel| elections::campaign(client, name, lease, value, cancel))
                 .await
-                .map_err(status::from_concurrency)?;
+                .map_err(Status::from)?;
         Ok(Response::new(CampaignResponse {
             header: Some(header),
             leader: Some(LeaderKey {
@@ -78,7 +78,7 @@ impl Election for ElectionService {
         let ProclaimRequest { leader, value } = request.into_inner();
         let header = elections::proclaim(&client, leadership(leader)?, value)
             .await
-            .map_err(status::from_concurrency)?;
+            .map_err(Status::from)?;
         Ok(Response::new(ProclaimResponse {
             header: Some(header),
         }))
@@ -91,7 +91,7 @@ impl Election for ElectionService {
         let client = self.services.client(Caller::of(&request));
         let (header, kv) = elections::leader(&client, &request.into_inner().name)
             .await
-            .map_err(status::from_concurrency)?;
+            .map_err(Status::from)?;
         Ok(Response::new(LeaderResponse {
             header: Some(header),
             kv: Some(kv),
@@ -121,7 +121,7 @@ impl Election for ElectionService {
         let client = self.services.client(Caller::of(&request));
         let header = elections::resign(&client, leadership(request.into_inner().leader)?)
             .await
-            .map_err(status::from_concurrency)?;
+            .map_err(Status::from)?;
         Ok(Response::new(ResignResponse {
             header: Some(header),
         }))

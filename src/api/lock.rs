@@ -4,7 +4,6 @@
 
 use tonic::{Request, Response, Status};
 
-use super::status;
 use crate::api::concurrency::{cancel, mutex, Services};
 use crate::auth::Caller;
 use crate::proto::v3lockpb::lock_server::Lock;
@@ -27,7 +26,7 @@ impl Lock for LockService {
         let LockRequest { name, lease } = request.into_inner();
         let locked = cancel::detached(move |cancel| mutex::lock(client, name, lease, cancel))
             .await
-            .map_err(status::from_concurrency)?;
+            .map_err(Status::from)?;
         Ok(Response::new(LockResponse {
             header: Some(locked.header),
             key: locked.key,
@@ -41,7 +40,7 @@ impl Lock for LockService {
         let client = self.services.client(Caller::of(&request));
         let header = mutex::unlock(&client, request.into_inner().key)
             .await
-            .map_err(status::from_concurrency)?;
+            .map_err(Status::from)?;
         Ok(Response::new(UnlockResponse {
             header: Some(header),
         }))

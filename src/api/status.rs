@@ -6,7 +6,6 @@
 
 use tonic::{Code, Status};
 
-use crate::api::concurrency::ConcurrencyError;
 use crate::auth::AuthError;
 use crate::membership::MembershipError;
 use crate::node::NodeError;
@@ -105,24 +104,6 @@ pub fn not_leader() -> Status {
 /// etcd's `ErrMissingLeaderKey` (v3election), a plain Go error: Unknown.
 pub fn missing_leader_key() -> Status {
     Status::unknown("\"leader\" field must be provided")
-}
-
-/// etcd's Lock and Election servers return what their in-process client returned: it
-/// turns every error etcd's server knows (`etcdserver: ...`) into a value grpc-go sends
-/// as Unknown, in the same words, and leaves other statuses as they are; their own
-/// errors (`mutex: ...`, `election: ...`) are plain Go errors, Unknown as well.
-pub fn from_concurrency(error: ConcurrencyError) -> Status {
-    match error {
-        ConcurrencyError::Call(status)
-            if status.code() != Code::Internal && status.message().starts_with("etcdserver: ") =>
-        {
-            Status::unknown(status.message())
-        }
-        ConcurrencyError::Call(status) => status,
-        cancelled @ ConcurrencyError::Cancelled => Status::cancelled(cancelled.to_string()),
-        ConcurrencyError::Internal(detail) => internal("concurrency", &detail),
-        other => Status::unknown(other.to_string()),
-    }
 }
 
 /// etcd's status for each membership refusal (`togRPCError`).

@@ -334,14 +334,17 @@ fn restore(request: &Restore<'_>) -> Result<(), BackupError> {
             }
             summary
         };
+        let identity_error =
+            |e: crate::membership::MembershipError| BackupError::Identity(e.to_string());
         write_identity(
             &staging,
             Identity {
                 member_id: own,
                 cluster_id: identity::cluster_id(members.keys().copied()),
             },
-        )?;
-        write_restored_cluster(&staging, &members)?;
+        )
+        .map_err(identity_error)?;
+        write_restored_cluster(&staging, &members).map_err(identity_error)?;
         durable::rename(&staging, request.data_dir).map_err(BackupError::file(request.data_dir))?;
         Ok::<_, BackupError>(summary)
     })();

@@ -27,8 +27,9 @@ pub enum BackupError {
     DataDirExists(PathBuf),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    #[error(transparent)]
-    Membership(#[from] crate::membership::MembershipError),
+    /// The restored member's identity files could not be written.
+    #[error("{0}")]
+    Identity(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

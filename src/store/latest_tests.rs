@@ -43,7 +43,7 @@ fn scan(h: &Harness) -> Vec<(Bytes, Bytes, i64)> {
 /// The scan's entries and how many overwritten entries it stepped over (the scan moves
 /// its iterator once per key it returns).
 fn scan_counting_hidden(h: &Harness) -> (Vec<(Bytes, Bytes, i64)>, u64) {
-    let hidden = super::latest::HiddenEntries::start();
+    let hidden = super::hidden_entries::HiddenEntries::start();
     let entries = scan(h);
     let hidden = hidden.count(entries.len() as u64);
     (entries, hidden)

@@ -20,6 +20,7 @@ mod events;
 mod export;
 mod feed;
 mod hash;
+mod hidden_entries;
 mod import;
 mod latest;
 mod lease;

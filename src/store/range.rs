@@ -15,7 +15,7 @@ use super::encoding::{
     after_all_versions, escape_key, kv_bounds, split_latest_value, split_version_key,
     unescape_key_into, version_key, LiveRecord, StoredVersion,
 };
-use super::latest::HiddenEntries;
+use super::hidden_entries::HiddenEntries;
 use super::meta::Revisions;
 use super::packed::PackedKeyValues;
 use super::{RevisionStore, StoreError, CF_KV, CF_LATEST};

@@ -12,8 +12,9 @@ use super::{run_for, Scenario, SeedReport};
 use crate::checker;
 use crate::cluster::SimCluster;
 use crate::error::SimError;
-use crate::faults::{Injector, LeaderWatch};
+use crate::faults::Injector;
 use crate::history::{AuthLog, History};
+use crate::leaders::LeaderWatch;
 use crate::rng::mix;
 use crate::workload::{AuthClient, AuthPhase, WritesInFlight};
 

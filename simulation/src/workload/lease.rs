@@ -35,8 +35,8 @@ use super::execute;
 use crate::client::{self, ClientOptions};
 use crate::cluster::Directory;
 use crate::error::SimError;
-use crate::faults;
 use crate::history::{self, History, Op, Operation, Outcome};
+use crate::leaders;
 use crate::rng::SimRng;
 
 /// A pause in the keepalives of every lease: none is sent from `from` (counted from
@@ -485,8 +485,8 @@ impl Worker {
             connect_timeout: Duration::from_millis(300),
             ..self.client.options.clone()
         };
-        let answers = faults::ask_all(&mut self.probes, &urls, &options).await;
-        let (leader, _) = faults::newest_leader(&answers)?;
+        let answers = leaders::ask_all(&mut self.probes, &urls, &options).await;
+        let (leader, _) = leaders::newest_leader(&answers)?;
         answers
             .iter()
             .position(|answer| matches!(answer, Some((id, _, _)) if *id == leader))

@@ -42,10 +42,10 @@ use etcd_client::{Client, MemberAddOptions};
 use crate::client::{self, ClientOptions};
 use crate::cluster::{Directory, HostRequest, HostRequests};
 use crate::error::SimError;
-use crate::faults::PartialIsolation;
 use crate::history::{
     self, ChangeOutcome, ListedMember, MemberChange, MembershipEntry, MembershipLog,
 };
+use crate::leaders::PartialIsolation;
 use crate::node::PEER_PORT;
 use crate::rng::SimRng;
 

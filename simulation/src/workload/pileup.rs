@@ -17,8 +17,8 @@ use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use crate::client::{self, ClientOptions};
 use crate::cluster::Directory;
 use crate::error::SimError;
-use crate::faults::PartialIsolation;
 use crate::history;
+use crate::leaders::PartialIsolation;
 
 /// The key the piled-on Txns compare; nobody writes it.
 const PILEUP_KEY: &str = "pileup";

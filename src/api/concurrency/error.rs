@@ -1,8 +1,10 @@
 //! What a lock or an election operation can fail with. etcd's servers return these
 //! errors as plain Go values, so clients see them as `Unknown` with etcd's text;
-//! `api::status::from_concurrency` is where that mapping lives.
+//! the one mapping to a gRPC status is this module's `From`.
 
-use tonic::Status;
+use tonic::{Code, Status};
+
+use crate::api::status;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConcurrencyError {
@@ -33,5 +35,26 @@ pub enum ConcurrencyError {
 impl From<Status> for ConcurrencyError {
     fn from(status: Status) -> Self {
         ConcurrencyError::Call(status)
+    }
+}
+
+/// etcd's Lock and Election servers return what their in-process client returned: it
+/// turns every error etcd's server knows (`etcdserver: ...`) into a value grpc-go sends
+/// as Unknown, in the same words, and leaves other statuses as they are; their own
+/// errors (`mutex: ...`, `election: ...`) are plain Go errors, Unknown as well.
+impl From<ConcurrencyError> for Status {
+    fn from(error: ConcurrencyError) -> Status {
+        match error {
+            ConcurrencyError::Call(status)
+                if status.code() != Code::Internal
+                    && status.message().starts_with("etcdserver: ") =>
+            {
+                Status::unknown(status.message())
+            }
+            ConcurrencyError::Call(status) => status,
+            cancelled @ ConcurrencyError::Cancelled => Status::cancelled(cancelled.to_string()),
+            ConcurrencyError::Internal(detail) => status::internal("concurrency", &detail),
+            other => Status::unknown(other.to_string()),
+        }
     }
 }
