@@ -316,7 +316,7 @@ impl<'ns> Members<'ns> {
         let target = Target::from_env();
         let binary = target
             .binary()
-            .unwrap_or_else(|| panic!("no {target} binary (see tests/e2e/harness.rs)"));
+            .unwrap_or_else(|| panic!("no {target} binary (see tests/e2e/harness/target.rs)"));
         Members {
             ns,
             target,
