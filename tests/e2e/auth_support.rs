@@ -10,6 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use etcd_client::proto::{PbAuthenticateRequest, PbAuthenticateResponse};
 use etcd_client::Client;
 use tonic::transport::Channel;
@@ -219,44 +221,14 @@ pub fn ok<T>(result: Result<T, tonic::Status>, what: &str) -> T {
 
 /// base64url without padding (JWT's encoding).
 pub fn b64url_encode(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, &b)| acc | (b as u32) << (16 - 8 * i));
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
+    URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// Decodes base64url with or without padding.
+/// Decodes base64url without padding (a JWT's part).
 pub fn b64url_decode(text: &str) -> Vec<u8> {
-    let value = |c: u8| -> u32 {
-        match c {
-            b'A'..=b'Z' => (c - b'A') as u32,
-            b'a'..=b'z' => (c - b'a' + 26) as u32,
-            b'0'..=b'9' => (c - b'0' + 52) as u32,
-            b'-' | b'+' => 62,
-            b'_' | b'/' => 63,
-            _ => panic!("not base64url: {c:?}"),
-        }
-    };
-    let clean: Vec<u8> = text.bytes().filter(|&c| c != b'=').collect();
-    let mut out = Vec::new();
-    for chunk in clean.chunks(4) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, &c)| acc | value(c) << (18 - 6 * i));
-        for i in 0..chunk.len().saturating_sub(1) {
-            out.push((n >> (16 - 8 * i)) as u8);
-        }
-    }
-    out
+    URL_SAFE_NO_PAD
+        .decode(text)
+        .unwrap_or_else(|e| panic!("not base64url: {text:?}: {e}"))
 }
 
 /// A JWT's header and claims, as JSON.
