@@ -9,8 +9,10 @@
 //! crash-soak`); `QK_CRASH_SEED` replays a run's choices of instants (each test prints
 //! its seed).
 
-#[path = "../e2e/harness.rs"]
+#[path = "../e2e/harness/mod.rs"]
 mod harness;
+#[path = "../e2e/support/mod.rs"]
+mod support;
 
 mod disks;
 mod during;

@@ -18,6 +18,7 @@ use crate::auth_support::{
     connect_as, enable_auth, msg, ok, root_client, root_flag, try_connect_as, Rpc, ROOT_PW,
 };
 use crate::harness::{assert_grpc_error, grpc_status, Cluster, Target};
+use crate::support::status::{assert_code_message, assert_status};
 
 /// A permission of a role as etcd answers it: (type, key, range end); type 0 READ,
 /// 1 WRITE, 2 READWRITE.
@@ -191,15 +192,17 @@ async fn auth_user_rpcs_and_their_errors() {
         .await
         .expect("passwd");
     let mut rpc = Rpc::connect(&cluster.endpoint(1)).await;
-    let status = rpc.authenticate("alice", "alice-pw").await.unwrap_err();
-    assert_eq!(
-        (status.code(), status.message()),
-        (Code::InvalidArgument, msg::AUTH_FAILED)
+    assert_status(
+        rpc.authenticate("alice", "alice-pw").await,
+        Code::InvalidArgument,
+        msg::AUTH_FAILED,
+        "the old password",
     );
-    let status = rpc.authenticate("nobody", "x").await.unwrap_err();
-    assert_eq!(
-        (status.code(), status.message()),
-        (Code::InvalidArgument, msg::AUTH_FAILED)
+    assert_status(
+        rpc.authenticate("nobody", "x").await,
+        Code::InvalidArgument,
+        msg::AUTH_FAILED,
+        "no such user",
     );
     rpc.authenticate("alice", "alice-pw2")
         .await
@@ -317,11 +320,11 @@ async fn auth_user_rpcs_and_their_errors() {
         ("auth disable", alice_auth.auth_disable().await.map(|_| ())),
         ("auth enable", alice_auth.auth_enable().await.map(|_| ())),
     ] {
-        let status = grpc_status(result);
-        assert_eq!(
-            (status.code(), status.message()),
-            (Code::PermissionDenied, msg::PERMISSION_DENIED),
-            "alice: {what}"
+        assert_code_message(
+            &grpc_status(result),
+            Code::PermissionDenied,
+            msg::PERMISSION_DENIED,
+            &format!("alice: {what}"),
         );
     }
 
@@ -337,10 +340,11 @@ async fn auth_user_rpcs_and_their_errors() {
         Code::Unauthenticated,
         msg::INVALID_AUTH_TOKEN,
     );
-    let status = rpc.authenticate("alice", "alice-pw2").await.unwrap_err();
-    assert_eq!(
-        (status.code(), status.message()),
-        (Code::InvalidArgument, msg::AUTH_FAILED)
+    assert_status(
+        rpc.authenticate("alice", "alice-pw2").await,
+        Code::InvalidArgument,
+        msg::AUTH_FAILED,
+        "a deleted user",
     );
     assert_eq!(auth.user_list().await.expect("list").users(), ["root"]);
 }
@@ -641,10 +645,11 @@ async fn auth_oversized_passwords() {
             rpc.authenticate("long", &same_prefix)
                 .await
                 .expect("bcrypt reads 72 bytes: the same first 72 bytes log in");
-            let status = rpc.authenticate("long", &"a".repeat(71)).await.unwrap_err();
-            assert_eq!(
-                (status.code(), status.message()),
-                (Code::InvalidArgument, msg::AUTH_FAILED)
+            assert_status(
+                rpc.authenticate("long", &"a".repeat(71)).await,
+                Code::InvalidArgument,
+                msg::AUTH_FAILED,
+                "71 of the 72 bytes",
             );
             let huge = "q".repeat(1024 * 1024);
             auth.user_add("huge", huge.as_str(), None)
@@ -657,10 +662,11 @@ async fn auth_oversized_passwords() {
         // QuantyKube refuses what bcrypt would cut, with the error of Go's bcrypt since
         // 2024 (what etcd built with it answers), and a long password never logs in.
         Target::Quantykube => {
-            let status = grpc_status(added);
-            assert_eq!(
-                (status.code(), status.message()),
-                (Code::Unknown, "bcrypt: password length exceeds 72 bytes")
+            assert_code_message(
+                &grpc_status(added),
+                Code::Unknown,
+                "bcrypt: password length exceeds 72 bytes",
+                "a 73-byte password",
             );
             let huge = "q".repeat(1024 * 1024);
             let status = grpc_status(auth.user_add("huge", huge.as_str(), None).await);
@@ -670,19 +676,17 @@ async fn auth_oversized_passwords() {
                 .await
                 .expect("72 bytes are fine");
             rpc.authenticate("long", &exact).await.expect("log in");
-            let status = rpc
-                .authenticate("long", &format!("{exact}b"))
-                .await
-                .unwrap_err();
-            assert_eq!(
-                (status.code(), status.message()),
-                (Code::InvalidArgument, msg::AUTH_FAILED),
-                "the 73rd byte counts"
+            assert_status(
+                rpc.authenticate("long", &format!("{exact}b")).await,
+                Code::InvalidArgument,
+                msg::AUTH_FAILED,
+                "the 73rd byte counts",
             );
-            let status = rpc.authenticate("long", &huge).await.unwrap_err();
-            assert_eq!(
-                (status.code(), status.message()),
-                (Code::InvalidArgument, msg::AUTH_FAILED)
+            assert_status(
+                rpc.authenticate("long", &huge).await,
+                Code::InvalidArgument,
+                msg::AUTH_FAILED,
+                "1 MiB",
             );
         }
     }

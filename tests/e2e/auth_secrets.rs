@@ -8,12 +8,11 @@
 //! with the token) and every invalid token it is sent at warn level, so for etcd only
 //! the passwords are asserted.
 
-use std::time::Duration;
-
-use etcd_client::{ConnectOptions, Permission};
+use etcd_client::Permission;
 
 use crate::auth_support::{enable_auth, root_client, Rpc};
 use crate::harness::{Cluster, ClusterOptions, Target};
+use crate::support::connect::Connect;
 
 const PASSWORD: &str = "Pw-first-7f3a9c-SECRET";
 const NEW_PASSWORD: &str = "Pw-second-d81e44-SECRET";
@@ -60,10 +59,9 @@ async fn auth_secrets_never_reach_the_logs() {
     auth.user_change_password("sam", NEW_PASSWORD)
         .await
         .expect("change password");
-    let options = ConnectOptions::new()
-        .with_user("sam", NEW_PASSWORD)
-        .with_timeout(Duration::from_secs(10));
-    let mut sam = etcd_client::Client::connect([cluster.endpoint(2)], Some(options))
+    let mut sam = Connect::new()
+        .user("sam", NEW_PASSWORD)
+        .try_to([cluster.endpoint(2)])
         .await
         .expect("log in with the new password");
     sam.put("s/after", "v", None).await.expect("put");

@@ -10,13 +10,15 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use etcd_client::proto::{PbAuthenticateRequest, PbAuthenticateResponse};
-use etcd_client::{Client, ConnectOptions};
-use tonic::codegen::http::uri::PathAndQuery;
-use tonic::metadata::MetadataValue;
+use etcd_client::Client;
 use tonic::transport::Channel;
 
-use crate::harness::{ClientTls, Cluster, RPC_TIMEOUT, START_TIMEOUT};
+use crate::harness::{ClientTls, Cluster, START_TIMEOUT};
+use crate::support::connect::Connect;
+pub use crate::support::status::assert_status;
 
 /// The root user's password in every Auth test.
 pub const ROOT_PW: &str = "root-secret";
@@ -57,20 +59,6 @@ pub async fn enable_auth(cluster: &Cluster) {
     auth.auth_enable().await.expect("auth enable");
 }
 
-/// Connect options with the harness's timeouts, logging in as `user` if given.
-pub fn options(user: Option<(&str, &str)>, tls: Option<&ClientTls>) -> ConnectOptions {
-    let mut options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(3))
-        .with_timeout(RPC_TIMEOUT);
-    if let Some((name, password)) = user {
-        options = options.with_user(name, password);
-    }
-    if let Some(tls) = tls {
-        options = options.with_tls(tls.etcd_client_options());
-    }
-    options
-}
-
 /// An etcd-client on `endpoints` logged in as `name` (the login is an Authenticate).
 pub async fn try_connect_as(
     endpoints: &[String],
@@ -78,7 +66,11 @@ pub async fn try_connect_as(
     password: &str,
     tls: Option<&ClientTls>,
 ) -> Result<Client, etcd_client::Error> {
-    Client::connect(endpoints, Some(options(Some((name, password)), tls))).await
+    Connect::new()
+        .user(name, password)
+        .tls(tls)
+        .try_to(endpoints)
+        .await
 }
 
 /// As [`try_connect_as`], panicking on failure.
@@ -107,11 +99,8 @@ pub async fn wait_ready_as_root(cluster: &mut Cluster, i: usize) {
             panic!("member {i} exited while starting:{}", cluster.log_tails());
         }
         let endpoint = cluster.endpoint(i);
-        let options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_millis(500))
-            .with_timeout(Duration::from_secs(2))
-            .with_user("root", ROOT_PW);
-        let last = match Client::connect([endpoint], Some(options)).await {
+        let connect = Connect::new().quick().user("root", ROOT_PW);
+        let last = match connect.try_to([endpoint]).await {
             Ok(mut c) => match c.get("auth-readiness-probe", None).await {
                 Ok(_) => return,
                 Err(e) => e.to_string(),
@@ -162,22 +151,7 @@ impl Rpc {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        self.grpc
-            .ready()
-            .await
-            .map_err(|e| tonic::Status::unavailable(format!("channel not ready: {e}")))?;
-        let mut request = tonic::Request::new(req);
-        request.set_timeout(RPC_TIMEOUT);
-        if let Some(token) = &self.token {
-            let value = MetadataValue::try_from(token.as_str())
-                .unwrap_or_else(|e| panic!("token is no metadata value: {e}"));
-            request.metadata_mut().insert("token", value);
-        }
-        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-        self.grpc
-            .unary(request, PathAndQuery::from_static(path), codec)
-            .await
-            .map(tonic::Response::into_inner)
+        crate::support::grpc::unary(&mut self.grpc, path, req, self.token.as_deref()).await
     }
 
     /// Authenticate (no token sent), answering the token.
@@ -228,24 +202,6 @@ impl Rpc {
     }
 }
 
-/// Asserts a raw call failed with exactly `code` and `message`.
-#[track_caller]
-pub fn assert_status<T: std::fmt::Debug>(
-    result: Result<T, tonic::Status>,
-    code: tonic::Code,
-    message: &str,
-    what: &str,
-) {
-    match result {
-        Ok(v) => panic!("{what}: expected {code:?} {message:?}, got success {v:?}"),
-        Err(s) => assert_eq!(
-            (s.code(), s.message()),
-            (code, message),
-            "{what}: unexpected gRPC error"
-        ),
-    }
-}
-
 /// Asserts a raw call was refused as `etcdserver: permission denied`.
 #[track_caller]
 pub fn assert_denied<T: std::fmt::Debug>(result: Result<T, tonic::Status>, what: &str) {
@@ -265,44 +221,14 @@ pub fn ok<T>(result: Result<T, tonic::Status>, what: &str) -> T {
 
 /// base64url without padding (JWT's encoding).
 pub fn b64url_encode(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, &b)| acc | (b as u32) << (16 - 8 * i));
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
+    URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// Decodes base64url with or without padding.
+/// Decodes base64url without padding (a JWT's part).
 pub fn b64url_decode(text: &str) -> Vec<u8> {
-    let value = |c: u8| -> u32 {
-        match c {
-            b'A'..=b'Z' => (c - b'A') as u32,
-            b'a'..=b'z' => (c - b'a' + 26) as u32,
-            b'0'..=b'9' => (c - b'0' + 52) as u32,
-            b'-' | b'+' => 62,
-            b'_' | b'/' => 63,
-            _ => panic!("not base64url: {c:?}"),
-        }
-    };
-    let clean: Vec<u8> = text.bytes().filter(|&c| c != b'=').collect();
-    let mut out = Vec::new();
-    for chunk in clean.chunks(4) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, &c)| acc | value(c) << (18 - 6 * i));
-        for i in 0..chunk.len().saturating_sub(1) {
-            out.push((n >> (16 - 8 * i)) as u8);
-        }
-    }
-    out
+    URL_SAFE_NO_PAD
+        .decode(text)
+        .unwrap_or_else(|e| panic!("not base64url: {text:?}: {e}"))
 }
 
 /// A JWT's header and claims, as JSON.

@@ -19,11 +19,12 @@ use tonic::Code;
 use crate::auth_cluster::alice;
 use crate::auth_support::{
     assert_denied, assert_status, b64url_encode, ec_keys, enable_auth, jwt_parts, msg, ok, openssl,
-    options, root_client, rsa_keys, Rpc, ROOT_PW,
+    root_client, rsa_keys, Rpc, ROOT_PW,
 };
 use crate::certs::Pki;
 use crate::harness::{find_on_path, loopback_ip, ClientTls, Cluster, ClusterOptions, Target};
 use crate::raw;
+use crate::support::connect::Connect;
 
 /// `--auth-token` for JWTs signed with `method` by the key pair `(private, public)`.
 fn jwt_flag(method: &str, keys: &(String, String)) -> String {
@@ -345,10 +346,11 @@ async fn auth_certificate_common_name_is_the_user() {
 
     // No token: the certificate's CN is the user.
     let alice_tls = tls_of(&alice_cert);
-    let mut as_alice =
-        etcd_client::Client::connect(&endpoints, Some(options(None, Some(&alice_tls))))
-            .await
-            .expect("connect with alice's certificate");
+    let mut as_alice = Connect::new()
+        .tls(Some(&alice_tls))
+        .try_to(&endpoints)
+        .await
+        .expect("connect with alice's certificate");
     as_alice
         .put("a/by-cert", "x", None)
         .await
@@ -376,10 +378,11 @@ async fn auth_certificate_common_name_is_the_user() {
     );
     // CN root: root, also for the Auth RPCs.
     let root_tls = tls_of(&root_cert);
-    let mut as_root =
-        etcd_client::Client::connect(&endpoints, Some(options(None, Some(&root_tls))))
-            .await
-            .expect("connect with root's certificate");
+    let mut as_root = Connect::new()
+        .tls(Some(&root_tls))
+        .try_to(&endpoints)
+        .await
+        .expect("connect with root's certificate");
     as_root.get("b", None).await.expect("root reads b");
     as_root
         .auth_client()
@@ -388,22 +391,22 @@ async fn auth_certificate_common_name_is_the_user() {
         .expect("root lists users");
 
     // A token takes precedence over the CN, both ways.
-    let mut root_token_alice_cert = etcd_client::Client::connect(
-        &endpoints,
-        Some(options(Some(("root", ROOT_PW)), Some(&alice_tls))),
-    )
-    .await
-    .expect("root's login over alice's certificate");
+    let mut root_token_alice_cert = Connect::new()
+        .user("root", ROOT_PW)
+        .tls(Some(&alice_tls))
+        .try_to(&endpoints)
+        .await
+        .expect("root's login over alice's certificate");
     root_token_alice_cert
         .get("b", None)
         .await
         .expect("root's token reads b");
-    let mut alice_token_root_cert = etcd_client::Client::connect(
-        &endpoints,
-        Some(options(Some(("alice", "alice-pw")), Some(&root_tls))),
-    )
-    .await
-    .expect("alice's login over root's certificate");
+    let mut alice_token_root_cert = Connect::new()
+        .user("alice", "alice-pw")
+        .tls(Some(&root_tls))
+        .try_to(&endpoints)
+        .await
+        .expect("alice's login over root's certificate");
     crate::harness::assert_grpc_error(
         alice_token_root_cert.get("b", None).await,
         Code::PermissionDenied,

@@ -33,10 +33,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use etcd_client::{Client, GetOptions};
 use tempfile::TempDir;
 
 use crate::harness::{find_on_path, spawn_tied_to_process, Target};
+use crate::support::connect::Connect;
 
 const DOMAIN: &str = "qk.test";
 const TOKEN: &str = "qk-dns";
@@ -316,7 +317,7 @@ impl<'ns> Members<'ns> {
         let target = Target::from_env();
         let binary = target
             .binary()
-            .unwrap_or_else(|| panic!("no {target} binary (see tests/e2e/harness.rs)"));
+            .unwrap_or_else(|| panic!("no {target} binary (see tests/e2e/harness/target.rs)"));
         Members {
             ns,
             target,
@@ -489,19 +490,11 @@ impl Drop for Members<'_> {
 }
 
 async fn quick_client(endpoint: &str) -> Result<Client, etcd_client::Error> {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_millis(500))
-        .with_timeout(Duration::from_secs(2));
-    Client::connect([endpoint], Some(options)).await
+    Connect::new().quick().try_to([endpoint]).await
 }
 
 async fn client(endpoint: &str) -> Client {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(3))
-        .with_timeout(Duration::from_secs(10));
-    Client::connect([endpoint], Some(options))
-        .await
-        .unwrap_or_else(|e| panic!("connect to {endpoint}: {e}"))
+    Connect::new().to([endpoint]).await
 }
 
 /// Retries `attempt` until it returns `Some`, or panics after `bound` naming `what`.

@@ -6,6 +6,7 @@ use tonic::Code;
 
 use crate::harness::*;
 use crate::raw::{self, sort_order, sort_target, RawKv};
+use crate::support::status::assert_status;
 
 async fn put_all(client: &mut Client, pairs: &[(&str, &str)]) {
     for (k, v) in pairs {
@@ -473,18 +474,20 @@ async fn invalid_sort_option_is_rejected_by_etcd_3_6() {
     let mut kv = RawKv::connect(&cluster.endpoint(0)).await;
     let mut req = raw::range_between("a", "z");
     req.sort_order = 7;
-    let status = kv.range(req).await.unwrap_err();
-    assert_eq!(
-        (status.code(), status.message()),
-        (Code::InvalidArgument, "etcdserver: invalid sort option")
+    assert_status(
+        kv.range(req).await,
+        Code::InvalidArgument,
+        "etcdserver: invalid sort option",
+        "range",
     );
     let mut req = raw::range_between("a", "z");
     req.sort_target = 9;
     req.sort_order = sort_order::ASCEND;
-    let status = kv.range(req).await.unwrap_err();
-    assert_eq!(
-        (status.code(), status.message()),
-        (Code::InvalidArgument, "etcdserver: invalid sort option")
+    assert_status(
+        kv.range(req).await,
+        Code::InvalidArgument,
+        "etcdserver: invalid sort option",
+        "range",
     );
 }
 

@@ -13,13 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseTimeToLiveOptions,
-    LockOptions, Permission, Txn, TxnOp, WatchOptions, WatchStream,
+    Client, Compare, CompareOp, EventType, GetOptions, LeaseTimeToLiveOptions, LockOptions,
+    Permission, Txn, TxnOp, WatchOptions, WatchStream,
 };
 use tonic::Code;
 
 use crate::auth_support::{connect_as, enable_auth, root_client};
 use crate::harness::*;
+use crate::support::connect::Connect;
 
 /// How long a Lock may wait in these tests before the client gives up.
 const LOCK_WAIT: Duration = Duration::from_secs(60);
@@ -32,12 +33,7 @@ pub const SHORT_TTL: i64 = 3;
 
 /// A client of `endpoints` whose calls may wait [`LOCK_WAIT`].
 pub async fn waiting_client(endpoints: &[String]) -> Client {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(3))
-        .with_timeout(LOCK_WAIT);
-    Client::connect(endpoints, Some(options))
-        .await
-        .unwrap_or_else(|e| panic!("connect to {endpoints:?}: {e}"))
+    Connect::new().rpc_timeout(LOCK_WAIT).to(endpoints).await
 }
 
 pub fn with_lease(lease: i64) -> Option<LockOptions> {
@@ -523,11 +519,10 @@ async fn with_auth_the_lock_acts_as_its_caller() {
 
 /// An etcd-client logged in as `name` whose calls may wait [`LOCK_WAIT`].
 async fn connect_as_waiting(endpoints: &[String], name: &str, password: &str) -> Client {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(3))
-        .with_timeout(LOCK_WAIT)
-        .with_user(name, password);
-    Client::connect(endpoints, Some(options))
+    Connect::new()
+        .rpc_timeout(LOCK_WAIT)
+        .user(name, password)
+        .try_to(endpoints)
         .await
         .unwrap_or_else(|e| panic!("log in as {name}: {e}"))
 }

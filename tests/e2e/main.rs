@@ -1,5 +1,5 @@
 //! End-to-end tests against real server processes: QuantyKube by default, or etcd
-//! with `QK_TEST_TARGET=etcd` (see `harness.rs`). One test binary for all modules.
+//! with `QK_TEST_TARGET=etcd` (see `harness/mod.rs`). One test binary for all modules.
 
 mod admin_support;
 mod auth_support;
@@ -8,6 +8,7 @@ mod gateway_support;
 mod harness;
 mod prometheus_text;
 mod raw;
+mod support;
 
 mod admin_cli;
 mod admin_members;

@@ -19,6 +19,8 @@ use crate::harness::{
     assert_grpc_error, current_revision, http_get, Cluster, ClusterOptions, Deadline, Target,
 };
 use crate::raw;
+use crate::support::grpc::unary_to;
+use crate::support::status::assert_code_message;
 
 /// Small enough to fill in a few seconds.
 pub const QUOTA: u64 = 8 * 1024 * 1024;
@@ -44,9 +46,8 @@ pub async fn alarm(
     member_id: u64,
     alarm: i32,
 ) -> Result<PbAlarmResponse, tonic::Status> {
-    let mut grpc = tonic::client::Grpc::new(raw::channel(endpoint).await);
-    raw::unary(
-        &mut grpc,
+    unary_to(
+        endpoint,
         "/etcdserverpb.Maintenance/Alarm",
         PbAlarmRequest {
             action,
@@ -69,8 +70,7 @@ fn listed(response: &PbAlarmResponse) -> Vec<(u64, i32)> {
 }
 
 async fn raw_status(endpoint: &str) -> PbStatusResponse {
-    let mut grpc = tonic::client::Grpc::new(raw::channel(endpoint).await);
-    raw::unary(&mut grpc, "/etcdserverpb.Maintenance/Status", ())
+    unary_to(endpoint, "/etcdserverpb.Maintenance/Status", ())
         .await
         .expect("status")
 }
@@ -98,11 +98,11 @@ pub async fn fill_until_no_space(client: &mut Client) -> usize {
         {
             Ok(_) => continue,
             Err(error) => {
-                let status = crate::harness::grpc_status::<()>(Err(error));
-                assert_eq!(
-                    (status.code(), status.message()),
-                    (Code::ResourceExhausted, NO_SPACE),
-                    "after {i} puts"
+                assert_code_message(
+                    &crate::harness::grpc_status::<()>(Err(error)),
+                    Code::ResourceExhausted,
+                    NO_SPACE,
+                    &format!("after {i} puts"),
                 );
                 return i as usize;
             }

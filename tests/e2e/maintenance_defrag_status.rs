@@ -17,19 +17,18 @@ use tonic::Code;
 
 use crate::harness::{current_revision, Cluster, ClusterOptions, Target};
 use crate::maintenance_alarm::{noise, QUOTA};
-use crate::raw;
+use crate::support::grpc::unary_to;
+use crate::support::status::assert_status;
 
 async fn status(endpoint: &str) -> PbStatusResponse {
-    let mut grpc = tonic::client::Grpc::new(raw::channel(endpoint).await);
-    raw::unary(&mut grpc, "/etcdserverpb.Maintenance/Status", ())
+    unary_to(endpoint, "/etcdserverpb.Maintenance/Status", ())
         .await
         .expect("status")
 }
 
 async fn defragment(endpoint: &str) -> Result<PbDefragmentResponse, tonic::Status> {
-    let mut grpc = tonic::client::Grpc::new(raw::channel(endpoint).await);
-    raw::unary(
-        &mut grpc,
+    unary_to(
+        endpoint,
         "/etcdserverpb.Maintenance/Defragment",
         PbDefragmentRequest {},
     )
@@ -41,9 +40,8 @@ async fn downgrade(
     action: i32,
     version: &str,
 ) -> Result<PbDowngradeResponse, tonic::Status> {
-    let mut grpc = tonic::client::Grpc::new(raw::channel(endpoint).await);
-    raw::unary(
-        &mut grpc,
+    unary_to(
+        endpoint,
         "/etcdserverpb.Maintenance/Downgrade",
         PbDowngradeRequest {
             action,
@@ -215,8 +213,7 @@ async fn downgrade_answers_as_etcd_36_with_no_older_version() {
         return;
     }
     let expect = |answer: Result<PbDowngradeResponse, tonic::Status>, code, message: &str| {
-        let status = answer.expect_err("refused");
-        assert_eq!((status.code(), status.message()), (code, message));
+        assert_status(answer, code, message, "refused");
     };
     const INVALID: &str = "etcdserver: invalid downgrade target version";
     const FORMAT: &str = "etcdserver: wrong downgrade target version format";

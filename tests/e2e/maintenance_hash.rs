@@ -44,13 +44,7 @@ async fn agreed(cluster: &Cluster, revision: i64, current: i64) -> (u32, i64) {
 }
 
 fn expect_out_of_range(result: Result<(u32, i64, i64), Error>, message: &str) {
-    match result {
-        Err(Error::GRpcStatus(status)) => {
-            assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
-            assert_eq!(status.message(), message);
-        }
-        other => panic!("expected OutOfRange {message:?}, got {other:?}"),
-    }
+    crate::harness::assert_grpc_error(result, tonic::Code::OutOfRange, message);
 }
 
 #[tokio::test]

@@ -46,6 +46,8 @@ use tonic_health::pb::HealthCheckRequest;
 
 use crate::harness::*;
 use crate::raw;
+use crate::support::grpc::unary_to;
+use crate::support::status::assert_status;
 
 /// How long a joining member may take to start and catch up.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(40);
@@ -413,8 +415,7 @@ where
     Req: prost::Message + Send + Sync + 'static,
     Resp: prost::Message + Default + Send + Sync + 'static,
 {
-    let mut grpc = tonic::client::Grpc::new(raw::channel(endpoint).await);
-    raw::unary(&mut grpc, path, req).await
+    unary_to(endpoint, path, req).await
 }
 
 async fn raw_member_add(
@@ -438,19 +439,6 @@ async fn raw_member_update(
         peer_ur_ls: peer_urls.iter().map(|u| u.to_string()).collect(),
     };
     raw_cluster_unary(endpoint, "/etcdserverpb.Cluster/MemberUpdate", req).await
-}
-
-#[track_caller]
-fn assert_status<T: std::fmt::Debug>(
-    result: Result<T, tonic::Status>,
-    code: Code,
-    message: &str,
-    what: &str,
-) {
-    match result {
-        Err(status) => assert_eq!((status.code(), status.message()), (code, message), "{what}"),
-        Ok(value) => panic!("{what}: expected {code:?} {message:?}, got success {value:?}"),
-    }
 }
 
 fn learner() -> Option<MemberAddOptions> {

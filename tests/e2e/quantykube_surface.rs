@@ -12,6 +12,7 @@ use tonic_health::pb::HealthCheckRequest;
 
 use crate::harness::{Cluster, Deadline, Target};
 use crate::raw;
+use crate::support::grpc::unary;
 
 fn quantykube() -> Option<std::path::PathBuf> {
     match Target::from_env() {
@@ -97,11 +98,14 @@ async fn every_etcd_service_is_served_and_unknown_methods_answer_unimplemented()
     assert!(locked.key().starts_with(b"a-lock/"), "{locked:?}");
     let mut grpc = tonic::client::Grpc::new(raw::channel(&cluster.endpoint(0)).await);
     for path in ["/v3lockpb.Lock/TryLock", "/v3lockpb.NoSuchService/Lock"] {
-        let answer = raw::unary::<
-            etcd_client::proto::PbRangeRequest,
-            etcd_client::proto::PbRangeResponse,
-        >(&mut grpc, path, Default::default())
-        .await;
+        let answer =
+            unary::<etcd_client::proto::PbRangeRequest, etcd_client::proto::PbRangeResponse>(
+                &mut grpc,
+                path,
+                Default::default(),
+                None,
+            )
+            .await;
         let status = answer.expect_err("no such method");
         assert_eq!(status.code(), Code::Unimplemented, "{path}: {status:?}");
     }

@@ -25,6 +25,7 @@ use crate::auth_support::{connect_as, enable_auth, msg, ROOT_PW};
 use crate::harness::*;
 use crate::prometheus_text::parse;
 use crate::raw::{self, op_put, sort_order, sort_target, RawKv};
+use crate::support::status::{assert_code_message, assert_status};
 
 const RANGE_STREAM: &str = "/etcdserverpb.KV/RangeStream";
 /// A chunk budget small enough that a few megabytes make hundreds of chunks.
@@ -449,7 +450,7 @@ async fn refusals_carry_etcd_3_7_codes_and_messages() {
             Err(status) => status,
             Ok(_) => panic!("{what}: the call was accepted"),
         };
-        assert_eq!((status.code(), status.message()), (code, message), "{what}");
+        assert_code_message(&status, code, message, what);
     }
     // At the compacted revision itself: served, with the current header.
     let chunks = stream
@@ -634,10 +635,12 @@ async fn read_permission_on_the_range_is_needed_and_an_auth_change_ends_the_stre
             Ok(mut stream) => stream.message().await.expect_err("denied"),
         };
         match denied {
-            etcd_client::Error::GRpcStatus(status) => {
-                assert_eq!(status.code(), Code::PermissionDenied, "{from}");
-                assert_eq!(status.message(), msg::PERMISSION_DENIED);
-            }
+            etcd_client::Error::GRpcStatus(status) => assert_code_message(
+                &status,
+                Code::PermissionDenied,
+                msg::PERMISSION_DENIED,
+                from,
+            ),
             other => panic!("{from}: {other:?}"),
         }
     }
@@ -681,9 +684,11 @@ async fn read_permission_on_the_range_is_needed_and_an_auth_change_ends_the_stre
     };
     assert_eq!(n, 300, "every chunk before the status");
     match ended {
-        etcd_client::Error::GRpcStatus(status) => assert_eq!(
-            (status.code(), status.message()),
-            (Code::InvalidArgument, msg::AUTH_OLD_REVISION)
+        etcd_client::Error::GRpcStatus(status) => assert_code_message(
+            &status,
+            Code::InvalidArgument,
+            msg::AUTH_OLD_REVISION,
+            "the stream's end",
         ),
         other => panic!("{other:?}"),
     }
@@ -703,19 +708,17 @@ async fn followers_serve_linearizable_and_serializable_streams_and_learners_refu
     cluster.wait_status(learner, Duration::from_secs(30)).await;
     let mut on_learner = RawStream::connect(&cluster.endpoint(learner)).await;
     for serializable in [false, true] {
-        let status = on_learner
+        let opened = on_learner
             .open(PbRangeRequest {
                 serializable,
                 ..raw::range_between("rs/", "rs0")
             })
-            .await
-            .expect_err("a learner refuses RangeStream");
-        assert_eq!(
-            (status.code(), status.message()),
-            (
-                Code::FailedPrecondition,
-                "etcdserver: rpc not supported for learner"
-            )
+            .await;
+        assert_status(
+            opened,
+            Code::FailedPrecondition,
+            "etcdserver: rpc not supported for learner",
+            "a learner refuses RangeStream",
         );
     }
     // Promoted, it serves them: a linearizable stream sees a write just made through

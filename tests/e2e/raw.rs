@@ -5,15 +5,12 @@
 
 #![allow(dead_code)]
 
-use std::time::Duration;
-
 use etcd_client::proto::{
     PbCompactionRequest, PbCompactionResponse, PbCompare, PbDeleteRequest, PbDeleteResponse,
     PbPutRequest, PbPutResponse, PbRangeRequest, PbRangeResponse, PbTargetUnion, PbTxnOpRequest,
     PbTxnRequest, PbTxnRequestOp, PbTxnResponse,
 };
-use tonic::codegen::http::uri::PathAndQuery;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 pub mod sort_order {
     pub const NONE: i32 = 0;
@@ -44,39 +41,7 @@ pub mod compare_target {
     pub const LEASE: i32 = 4;
 }
 
-/// A tonic channel to one endpoint, with the harness's timeouts.
-pub async fn channel(endpoint: &str) -> Channel {
-    Endpoint::from_shared(endpoint.to_owned())
-        .expect("endpoint URL")
-        .connect_timeout(Duration::from_secs(3))
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await
-        .unwrap_or_else(|e| panic!("connect to {endpoint}: {e}"))
-}
-
-/// One unary call of `path` with a raw protobuf request, on any service.
-pub async fn unary<Req, Resp>(
-    grpc: &mut tonic::client::Grpc<Channel>,
-    path: &'static str,
-    req: Req,
-) -> Result<Resp, tonic::Status>
-where
-    Req: prost::Message + Send + Sync + 'static,
-    Resp: prost::Message + Default + Send + Sync + 'static,
-{
-    grpc.ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("channel not ready: {e}")))?;
-    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-    grpc.unary(
-        tonic::Request::new(req),
-        PathAndQuery::from_static(path),
-        codec,
-    )
-    .await
-    .map(tonic::Response::into_inner)
-}
+pub use crate::support::connect::channel;
 
 /// A client of the `etcdserverpb.KV` service speaking raw protobuf messages.
 #[derive(Clone)]
@@ -100,7 +65,7 @@ impl RawKv {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        unary(&mut self.grpc, path, req).await
+        crate::support::grpc::unary(&mut self.grpc, path, req, None).await
     }
 
     pub async fn range(&mut self, req: PbRangeRequest) -> Result<PbRangeResponse, tonic::Status> {

@@ -4,6 +4,7 @@ use etcd_client::{GetOptions, Txn, TxnOp};
 use tonic::Code;
 
 use crate::harness::*;
+use crate::support::status::assert_code_message;
 
 #[tokio::test]
 async fn write_larger_than_max_request_bytes_fails_request_is_too_large() {
@@ -83,10 +84,11 @@ async fn puts_beyond_the_backend_quota_fail_with_no_space_while_deletes_pass() {
         }
     }
     let status = refused.expect("a put beyond an 8 MiB quota is refused");
-    assert_eq!(status.code(), Code::ResourceExhausted);
-    assert_eq!(
-        status.message(),
-        "etcdserver: mvcc: database space exceeded"
+    assert_code_message(
+        &status,
+        Code::ResourceExhausted,
+        "etcdserver: mvcc: database space exceeded",
+        "a put beyond the quota",
     );
     // A delete frees space and is never refused for it.
     let deleted = client
