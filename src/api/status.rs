@@ -236,3 +236,102 @@ impl From<NodeError> for Status {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each node error reaches clients as etcd's status: its code and its exact text.
+    #[test]
+    fn each_node_error_is_etcds_status() {
+        let cases = [
+            (
+                NodeError::TooLarge,
+                Code::InvalidArgument,
+                "etcdserver: request is too large",
+            ),
+            (
+                NodeError::NoSpace,
+                Code::ResourceExhausted,
+                "etcdserver: mvcc: database space exceeded",
+            ),
+            (
+                NodeError::NoLeader,
+                Code::Unavailable,
+                "etcdserver: no leader",
+            ),
+            (
+                NodeError::Timeout,
+                Code::Unavailable,
+                "etcdserver: request timed out",
+            ),
+            (
+                NodeError::LeaderChanged,
+                Code::Unavailable,
+                "etcdserver: leader changed",
+            ),
+            (
+                NodeError::Stopped,
+                Code::Unavailable,
+                "etcdserver: server stopped",
+            ),
+            (
+                NodeError::Command(Kind::Compacted),
+                Code::OutOfRange,
+                COMPACTED,
+            ),
+            (
+                NodeError::Command(Kind::AuthOldRevision),
+                Code::InvalidArgument,
+                "etcdserver: revision of auth store is old",
+            ),
+            (
+                NodeError::Command(Kind::VersionMismatch),
+                Code::Aborted,
+                "the resource's uid or version is not the one given",
+            ),
+            (
+                NodeError::Store(StoreError::FutureRevision),
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision is a future revision",
+            ),
+            (
+                NodeError::internal("decode outcome", &"bad bytes"),
+                Code::Internal,
+                "etcdserver: decode outcome: internal error",
+            ),
+        ];
+        for (error, code, message) in cases {
+            let status = Status::from(error);
+            assert_eq!((status.code(), status.message()), (code, message));
+        }
+    }
+
+    /// A store error maps as the command failure it is (`StoreError::command_kind`), so
+    /// the same failure reads the same whether a read or the log reached it.
+    #[test]
+    fn a_store_error_and_its_command_kind_map_alike() {
+        let errors = [
+            StoreError::Compacted,
+            StoreError::FutureRevision,
+            StoreError::KeyNotFound,
+            StoreError::LeaseNotFound,
+            StoreError::LeaseExists,
+            StoreError::NoSpace,
+            StoreError::CorruptAlarm,
+            StoreError::VersionMismatch,
+            StoreError::ResourceNotFound,
+            StoreError::ResourceExists,
+            StoreError::Auth(AuthError::PermissionDenied),
+        ];
+        for error in errors {
+            let kind = error.command_kind().expect("a command's failure");
+            let (direct, logged) = (from_store(error), from_command_error(kind));
+            assert_eq!(
+                (direct.code(), direct.message()),
+                (logged.code(), logged.message())
+            );
+        }
+        assert!(StoreError::corrupt("x").command_kind().is_none());
+    }
+}
