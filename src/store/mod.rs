@@ -294,9 +294,13 @@ impl RevisionStore {
 #[cfg(test)]
 mod alarm_tests;
 #[cfg(test)]
+mod apply_tests;
+#[cfg(test)]
 mod auth_tests;
 #[cfg(test)]
 mod compaction_tests;
+#[cfg(test)]
+mod export_tests;
 #[cfg(test)]
 mod latest_tests;
 #[cfg(test)]
