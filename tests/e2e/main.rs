@@ -58,3 +58,4 @@ mod three_node;
 mod tls;
 mod wal_dir;
 mod watch;
+mod watch_load;
