@@ -18,19 +18,20 @@ impl Node {
     /// within one (etcd's check-quorum makes such a leader step down). The one source
     /// of "has a leader": the probes, gRPC health and `etcd_server_has_leader` read it.
     pub fn has_leader(&self) -> bool {
-        let metrics = self.raft.metrics();
+        let metrics = self.parts.raft.metrics();
         let metrics = metrics.borrow_watched();
         let Some(leader) = metrics.current_leader else {
             return false;
         };
-        if leader != self.id {
+        if leader != self.parts.id {
             return self
+                .parts
                 .guard
                 .leader_contact_age()
-                .is_some_and(|age| age < self.election_timeout);
+                .is_some_and(|age| age < self.parts.election_timeout);
         }
         let mut voters = metrics.membership_config.membership().voter_ids();
-        if voters.next() == Some(self.id) && voters.next().is_none() {
+        if voters.next() == Some(self.parts.id) && voters.next().is_none() {
             // A cluster of one is its own quorum; nothing ever acknowledges it.
             return true;
         }
@@ -40,7 +41,7 @@ impl Node {
     /// The peers this member, as leader, heard a heartbeat answer from within an
     /// election timeout (etcd's "active" peers), itself included.
     pub fn connected_peers(&self, metrics: &RaftMetrics) -> Vec<NodeId> {
-        let mut connected = vec![self.id];
+        let mut connected = vec![self.parts.id];
         if let Some(heartbeats) = &metrics.heartbeat {
             connected.extend(
                 heartbeats
@@ -53,12 +54,12 @@ impl Node {
     }
 
     fn heard_within_election_timeout(&self, heard: Option<&impl Instant>) -> bool {
-        heard.is_some_and(|at| Instant::elapsed(at) < self.election_timeout)
+        heard.is_some_and(|at| Instant::elapsed(at) < self.parts.election_timeout)
     }
 
     /// Waits up to `within` until some leader is known.
     pub async fn wait_for_leader(&self, within: Duration) {
-        let mut metrics = self.raft.metrics();
+        let mut metrics = self.parts.raft.metrics();
         let known = metrics.wait_until(|m| m.current_leader.is_some());
         let _ = tokio::time::timeout(within, known).await;
     }
@@ -67,6 +68,7 @@ impl Node {
     /// is the leader host's own), if a leader is known and has published one.
     pub async fn leader_channel(&self) -> Result<tonic::transport::Channel, NodeError> {
         let leader = self
+            .parts
             .raft
             .metrics()
             .borrow_watched()
@@ -81,7 +83,7 @@ impl Node {
         &self,
         member_id: NodeId,
     ) -> Result<tonic::transport::Channel, NodeError> {
-        let url = store::read_member_attributes(&self.store, member_id)?
+        let url = store::read_member_attributes(&self.parts.store, member_id)?
             .and_then(|attributes| {
                 attributes
                     .client_urls
@@ -91,8 +93,9 @@ impl Node {
             .ok_or(NodeError::NoLeader)?;
         let endpoint = tonic::transport::Endpoint::from_shared(url)
             .map_err(|e| NodeError::internal("member client url", &e))?
-            .connect_timeout(self.election_timeout);
-        self.client_dialer
+            .connect_timeout(self.parts.election_timeout);
+        self.parts
+            .client_dialer
             .dial(endpoint)
             .await
             .map_err(|_| NodeError::NoLeader)
@@ -112,7 +115,8 @@ impl Node {
         let precondition = openraft::raft::Precondition::LastMembershipLogId {
             last_membership_log_id: observed,
         };
-        self.raft
+        self.parts
+            .raft
             .change_membership_if(changes, retain, [precondition])
             .await
     }
@@ -125,12 +129,13 @@ impl Node {
         openraft::raft::ClientWriteResponse<TypeConfig>,
         RaftError<TypeConfig, ClientWriteError<TypeConfig>>,
     > {
-        self.raft.change_membership(changes, false).await
+        self.parts.raft.change_membership(changes, false).await
     }
 
     /// Asks raft to hand leadership to `target`; whether it moved shows in the metrics.
     pub async fn transfer_leader(&self, target: NodeId) -> Result<(), NodeError> {
-        self.raft
+        self.parts
+            .raft
             .trigger()
             .transfer_leader(target)
             .await
@@ -139,7 +144,7 @@ impl Node {
 
     /// Stops raft (the member is stopping).
     pub async fn shutdown_raft(&self) {
-        if let Err(error) = self.raft.shutdown().await {
+        if let Err(error) = self.parts.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
         }
     }
@@ -148,9 +153,9 @@ impl Node {
     /// from a full or failing disk. The core owns the senders of its metrics: when it
     /// ends they close, after it published why.
     pub async fn raft_stopped(&self) -> String {
-        let mut server = self.raft.server_metrics();
+        let mut server = self.parts.raft.server_metrics();
         while server.changed().await.is_ok() {}
-        match &self.raft.metrics().borrow_watched().running_state {
+        match &self.parts.raft.metrics().borrow_watched().running_state {
             Err(fatal) if !matches!(fatal, openraft::error::Fatal::Stopped) => fatal.to_string(),
             // Stopped on purpose (the member is shutting down): nothing to report.
             _ => std::future::pending().await,

@@ -70,155 +70,109 @@ pub struct NodeParts {
     pub admin_snapshot_dir: PathBuf,
 }
 
-/// What services share: this member's store, raft, identity and limits.
+/// What services share: this member's store, raft, identity and limits (its parts, as
+/// the server gathered them).
 pub struct Node {
-    id: NodeId,
-    cluster_id: u64,
-    store: Arc<RevisionStore>,
-    /// Who may do what: every service asks it before reading or proposing.
-    auth: crate::auth::Auth,
-    raft: Raft<StateMachine>,
-    client: RaftClient<StateMachine>,
-    limits: Limits,
-    etcd_version: String,
-    offload: Offload,
-    watch_progress_interval: Duration,
-    client_dialer: Arc<dyn Dialer>,
-    election_timeout: Duration,
-    guard: Arc<ClusterGuard>,
-    wall_clock: fn() -> u64,
-    admin_snapshot_dir: PathBuf,
+    parts: NodeParts,
 }
 
 impl Node {
     pub fn new(parts: NodeParts) -> Self {
-        let NodeParts {
-            id,
-            cluster_id,
-            store,
-            auth,
-            raft,
-            client,
-            limits,
-            etcd_version,
-            offload,
-            watch_progress_interval,
-            client_dialer,
-            election_timeout,
-            guard,
-            wall_clock,
-            admin_snapshot_dir,
-        } = parts;
-        Node {
-            id,
-            cluster_id,
-            store,
-            auth,
-            raft,
-            client,
-            limits,
-            etcd_version,
-            offload,
-            watch_progress_interval,
-            client_dialer,
-            election_timeout,
-            guard,
-            wall_clock,
-            admin_snapshot_dir,
-        }
+        Node { parts }
     }
 
     pub fn id(&self) -> NodeId {
-        self.id
+        self.parts.id
     }
 
     pub fn cluster_id(&self) -> u64 {
-        self.cluster_id
+        self.parts.cluster_id
     }
 
     pub fn guard(&self) -> &Arc<ClusterGuard> {
-        &self.guard
+        &self.parts.guard
     }
 
     pub fn store(&self) -> &Arc<RevisionStore> {
-        &self.store
+        &self.parts.store
     }
 
     pub fn auth(&self) -> &crate::auth::Auth {
-        &self.auth
+        &self.parts.auth
     }
 
     pub fn limits(&self) -> &Limits {
-        &self.limits
+        &self.parts.limits
     }
 
     /// How this member runs blocking store work.
     pub fn offload(&self) -> Offload {
-        self.offload
+        self.parts.offload
     }
 
     /// Where the admin API's snapshot files held by this member live.
     pub fn admin_snapshot_dir(&self) -> &std::path::Path {
-        &self.admin_snapshot_dir
+        &self.parts.admin_snapshot_dir
     }
 
     /// Seconds since the Unix epoch (simulated time in the simulation).
     pub fn unix_seconds(&self) -> u64 {
-        (self.wall_clock)()
+        (self.parts.wall_clock)()
     }
 
     /// How long a watcher that asked for progress notifications may go without hearing
     /// from its stream.
     pub fn watch_progress_interval(&self) -> Duration {
-        self.watch_progress_interval
+        self.parts.watch_progress_interval
     }
 
     /// `--election-timeout`: what etcd's shortest lease TTL derives from.
     pub fn election_timeout(&self) -> Duration {
-        self.election_timeout
+        self.parts.election_timeout
     }
 
     pub fn etcd_version(&self) -> &str {
-        &self.etcd_version
+        &self.parts.etcd_version
     }
 
     /// The cluster's and the storage format's version as etcd 3.6 reports them
     /// (`/version`, `Status.storageVersion`, the Snapshot RPC's `version`): this
     /// member's `major.minor.0`.
     pub fn storage_version(&self) -> String {
-        let mut parts = self.etcd_version.split('.');
+        let mut parts = self.parts.etcd_version.split('.');
         match (parts.next(), parts.next()) {
             (Some(major), Some(minor)) => format!("{major}.{minor}.0"),
-            _ => self.etcd_version.clone(),
+            _ => self.parts.etcd_version.clone(),
         }
     }
 
     /// Raft's view of the cluster, to read now or to wait on (it changes several times
     /// per write).
     pub fn raft_metrics(&self) -> RaftMetricsWatch {
-        self.raft.metrics()
+        self.parts.raft.metrics()
     }
 
     /// Raft's view as it changes with the vote, the leader or the membership only.
     pub fn raft_server_metrics(&self) -> RaftServerMetricsWatch {
-        self.raft.server_metrics()
+        self.parts.raft.server_metrics()
     }
 
     /// A copy of raft's view now.
     pub fn raft_snapshot(&self) -> RaftMetrics {
-        self.raft.metrics().borrow_watched().clone()
+        self.parts.raft.metrics().borrow_watched().clone()
     }
 
     /// True while the newest membership has this member as a learner (a borrow of
     /// raft's metrics: no copy, and never behind them).
     pub fn is_learner(&self) -> bool {
-        self.raft
+        self.parts
+            .raft
             .metrics()
             .borrow_watched()
             .membership_config
             .membership()
             .learner_ids()
-            .any(|id| id == self.id)
+            .any(|id| id == self.parts.id)
     }
 
     /// True while this member is the raft leader.
@@ -228,16 +182,17 @@ impl Node {
 
     /// The term this member leads in, if it is the raft leader.
     pub fn leader_term(&self) -> Option<u64> {
-        let metrics = self.raft.metrics();
+        let metrics = self.parts.raft.metrics();
         let metrics = metrics.borrow_watched();
-        (metrics.current_leader == Some(self.id) && metrics.state.is_leader())
+        (metrics.current_leader == Some(self.parts.id) && metrics.state.is_leader())
             .then_some(metrics.current_term)
     }
 
     /// True if a quorum confirms, after this call began, that this member still leads
     /// (a read index round, answered here and never forwarded).
     pub async fn confirm_leadership(&self) -> bool {
-        self.raft
+        self.parts
+            .raft
             .get_read_linearizer(openraft::ReadPolicy::ReadIndex)
             .await
             .is_ok()
@@ -245,17 +200,17 @@ impl Node {
 
     /// How this member reaches other members' client URLs.
     pub fn client_dialer(&self) -> &Arc<dyn Dialer> {
-        &self.client_dialer
+        &self.parts.client_dialer
     }
 
     /// A full response header: the store revision the handler got, and this member's
     /// cluster id, member id and raft term.
     pub fn header_from(&self, partial: Option<ResponseHeader>) -> ResponseHeader {
         ResponseHeader {
-            cluster_id: self.cluster_id,
-            member_id: self.id,
+            cluster_id: self.parts.cluster_id,
+            member_id: self.parts.id,
             revision: partial.map_or(0, |h| h.revision),
-            raft_term: self.raft.metrics().borrow_watched().current_term,
+            raft_term: self.parts.raft.metrics().borrow_watched().current_term,
         }
     }
 
@@ -270,7 +225,7 @@ impl Node {
     /// A response header at this member's current revision, for answers that carry no
     /// revision of their own (Cluster, Maintenance).
     pub fn current_header(&self) -> Result<ResponseHeader, NodeError> {
-        Ok(self.header_at(self.store.current_revision()?))
+        Ok(self.header_at(self.parts.store.current_revision()?))
     }
 
     /// Reads this member's store off the async workers (a large range or a hash walks a
@@ -279,9 +234,10 @@ impl Node {
         &self,
         read: impl FnOnce(&RevisionStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, NodeError> {
-        let store = self.store.clone();
+        let store = self.parts.store.clone();
         let _readable = store.readable().await;
         Ok(self
+            .parts
             .offload
             .run(move || read(&store))
             .await
@@ -297,10 +253,10 @@ impl Node {
         }
         #[cfg(feature = "planted-bugs")]
         if crate::planted::is_planted(crate::planted::PlantedBug::RemovedMemberServes)
-            && self.guard.is_removed(self.id)
+            && self.parts.guard.is_removed(self.parts.id)
         {
             return Ok(());
         }
-        Ok(self.client.read_barrier().await?)
+        Ok(self.parts.client.read_barrier().await?)
     }
 }

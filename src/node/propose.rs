@@ -26,7 +26,7 @@ impl Node {
     /// authorised at: see `api::authorized`) and returns what applying it produced.
     pub async fn propose_command(&self, command: &Command) -> Result<Option<Outcome>, NodeError> {
         let encoded = command.encode_to_vec();
-        if encoded.len() > self.limits.max_request_bytes {
+        if encoded.len() > self.parts.limits.max_request_bytes {
             return Err(NodeError::TooLarge);
         }
         if let Some(request) = &command.request {
@@ -47,14 +47,14 @@ impl Node {
     /// 100 ms ago (`RevisionStore::recent_size`), as etcd weighs a bbolt file that grows
     /// only when its batch commits. (`quota::watch` is the apply-time half.)
     async fn admit_within_quota(&self, request: &CommandRequest) -> Result<(), NodeError> {
-        let Some(quota) = self.limits.quota_backend_bytes else {
+        let Some(quota) = self.parts.limits.quota_backend_bytes else {
             return Ok(());
         };
         let cost = crate::store::quota_cost(request);
         if cost == 0 {
             return Ok(());
         }
-        let size = self.store.recent_size();
+        let size = self.parts.store.recent_size();
         // etcd's `Available`: size + cost must stay below the quota.
         if size.saturating_add(cost) < quota {
             return Ok(());
@@ -74,7 +74,7 @@ impl Node {
     /// failure is only logged: the alarm is the cluster's memory of a refusal that
     /// stands anyway.
     pub async fn raise_alarm(&self, alarm: AlarmType) {
-        self.raise_alarm_for(self.id, alarm).await;
+        self.raise_alarm_for(self.parts.id, alarm).await;
     }
 
     /// Raises `alarm` for `member_id` through the log (the leader's corruption check
@@ -84,7 +84,7 @@ impl Node {
             member_id,
             alarm: alarm.into(),
         };
-        if self.store.alarms().contains(&wanted) {
+        if self.parts.store.alarms().contains(&wanted) {
             return;
         }
         let raise = Command {
@@ -103,7 +103,7 @@ impl Node {
 
     /// Writes one encoded command through raft and returns what applying it produced.
     async fn replicate(&self, encoded: Vec<u8>) -> Result<Option<Outcome>, NodeError> {
-        let outcome = self.client.write(RaftCommand(encoded.into())).await?;
+        let outcome = self.parts.client.write(RaftCommand(encoded.into())).await?;
         let result = CommandResult::decode(outcome.0)
             .map_err(|e| NodeError::internal("decode outcome", &e))?;
         match result.result {
@@ -124,8 +124,8 @@ impl Node {
         if !is_planted(PlantedBug::AckBeforeCommit) {
             return None;
         }
-        let guessed = self.store.current_revision().ok()? + 1;
-        let client = self.client.clone();
+        let guessed = self.parts.store.current_revision().ok()? + 1;
+        let client = self.parts.client.clone();
         let entry = RaftCommand(encoded.to_vec().into());
         tokio::spawn(async move {
             let _ = client.write(entry).await;
