@@ -43,6 +43,7 @@ pub mod probes;
 pub mod proto;
 pub mod quota;
 pub mod relay;
+pub mod rpctypes;
 pub mod server;
 pub mod state_machine;
 pub mod store;

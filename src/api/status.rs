@@ -63,13 +63,13 @@ pub fn unknown_method() -> Status {
     Status::unknown("etcdserver: unknown method")
 }
 /// etcd's text for a revision compaction removed, also a watch's cancel reason.
-pub const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
+pub use crate::rpctypes::COMPACTED;
 
 pub fn compacted() -> Status {
     Status::out_of_range(COMPACTED)
 }
 pub fn future_revision() -> Status {
-    Status::out_of_range("etcdserver: mvcc: required revision is a future revision")
+    Status::out_of_range(crate::rpctypes::FUTURE_REVISION)
 }
 pub fn lease_not_found() -> Status {
     Status::not_found("etcdserver: requested lease not found")

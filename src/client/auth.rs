@@ -37,13 +37,10 @@ use tower::Service;
 use super::error::{code_name, AuthFailed};
 use crate::proto::etcdserverpb::auth_client::AuthClient;
 use crate::proto::etcdserverpb::AuthenticateRequest;
+use crate::rpctypes::Recognised;
 
 /// The gRPC metadata key etcd reads the token from (`rpctypes.TokenFieldNameGRPC`).
 const TOKEN_KEY: &str = "token";
-/// etcd's `rpctypes.ErrGRPCInvalidAuthToken`.
-const INVALID_TOKEN: &str = "etcdserver: invalid auth token";
-/// etcd's `rpctypes.ErrGRPCAuthNotEnabled`: the Go client then goes on without a token.
-const AUTH_NOT_ENABLED: &str = "etcdserver: authentication is not enabled";
 /// Methods whose requests are a stream: they get the token but are never replayed.
 const STREAMING_METHODS: [&str; 2] = [
     "/etcdserverpb.Watch/Watch",
@@ -176,7 +173,7 @@ impl Session {
         };
         let value = match authenticate(&channel, credentials, timeout).await {
             Ok(value) => value,
-            Err(status) if status.message() == AUTH_NOT_ENABLED => {
+            Err(status) if Recognised::of(&status) == Some(Recognised::AuthNotEnabled) => {
                 tracing::warn!(
                     "{url}: --user given but authentication is not enabled; requests go \
                      without a token"
@@ -343,8 +340,10 @@ fn replay(bytes: &Bytes) -> Body {
 /// True if the answer is etcd's `invalid auth token` (a unary refusal comes as a
 /// trailers-only response: the status is in the headers).
 fn refused_for_token<B>(response: &http::Response<B>) -> bool {
-    Status::from_header_map(response.headers())
-        .is_some_and(|s| s.code() == Code::Unauthenticated && s.message() == INVALID_TOKEN)
+    Status::from_header_map(response.headers()).is_some_and(|s| {
+        s.code() == Code::Unauthenticated
+            && Recognised::of(&s) == Some(Recognised::InvalidAuthToken)
+    })
 }
 
 #[cfg(test)]

@@ -29,11 +29,8 @@ use crate::node::{Node, NodeError};
 use crate::offload::Offload;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::{AlarmType, HashKvRequest, HashKvResponse};
+use crate::rpctypes::Recognised;
 use crate::store::{self, KvHash, RevisionStore, StoreError};
-
-/// etcd's `rpctypes.ErrGRPCFutureRev` and `ErrGRPCCompacted` texts, as a peer answers.
-const FUTURE_REVISION: &str = "etcdserver: mvcc: required revision is a future revision";
-const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
 
 #[derive(Debug, Error)]
 pub enum CorruptionError {
@@ -169,9 +166,11 @@ pub fn judge_initial(local: &KvHash, answer: &Result<HashKvResponse, Status>) ->
         Ok(peer) if peer.hash == local.hash => InitialVerdict::Consistent,
         Ok(peer) if peer.compact_revision == local.compacted => InitialVerdict::HashMismatch,
         Ok(_) => InitialVerdict::CompactMismatch,
-        Err(status) if status.message() == FUTURE_REVISION => InitialVerdict::PeerBehind,
-        Err(status) if status.message() == COMPACTED => InitialVerdict::LocalBehind,
-        Err(_) => InitialVerdict::Unanswered,
+        Err(status) => match Recognised::of(status) {
+            Some(Recognised::FutureRevision) => InitialVerdict::PeerBehind,
+            Some(Recognised::Compacted) => InitialVerdict::LocalBehind,
+            _ => InitialVerdict::Unanswered,
+        },
     }
 }
 
@@ -459,11 +458,14 @@ mod tests {
             InitialVerdict::CompactMismatch
         );
         assert_eq!(
-            judge_initial(&me, &Err(Status::out_of_range(FUTURE_REVISION))),
+            judge_initial(
+                &me,
+                &Err(Status::out_of_range(crate::rpctypes::FUTURE_REVISION))
+            ),
             InitialVerdict::PeerBehind
         );
         assert_eq!(
-            judge_initial(&me, &Err(Status::out_of_range(COMPACTED))),
+            judge_initial(&me, &Err(Status::out_of_range(crate::rpctypes::COMPACTED))),
             InitialVerdict::LocalBehind
         );
         assert_eq!(

@@ -5,6 +5,7 @@
 use tonic::{Code, Status};
 
 use crate::api::status;
+use crate::rpctypes;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConcurrencyError {
@@ -46,8 +47,7 @@ impl From<ConcurrencyError> for Status {
     fn from(error: ConcurrencyError) -> Status {
         match error {
             ConcurrencyError::Call(status)
-                if status.code() != Code::Internal
-                    && status.message().starts_with("etcdserver: ") =>
+                if status.code() != Code::Internal && rpctypes::is_server_error(&status) =>
             {
                 Status::unknown(status.message())
             }

@@ -38,9 +38,9 @@ pub enum AuthError {
     RoleNotGranted,
     #[error("etcdserver: permission is not granted to the role")]
     PermissionNotGranted,
-    #[error("etcdserver: authentication is not enabled")]
+    #[error("{}", crate::rpctypes::AUTH_NOT_ENABLED)]
     AuthNotEnabled,
-    #[error("etcdserver: invalid auth token")]
+    #[error("{}", crate::rpctypes::INVALID_AUTH_TOKEN)]
     InvalidAuthToken,
     #[error("etcdserver: invalid auth management")]
     InvalidAuthMgmt,
