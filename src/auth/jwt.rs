@@ -96,9 +96,19 @@ impl JwtTokens {
     /// does not fit the method, or a public key that is not the private key's half,
     /// is refused here rather than at the first token.
     pub fn new(options: &JwtOptions) -> Result<JwtTokens, JwtError> {
-        let method = options.sign_method;
         let public = read_key("pub-key", options.public_key.as_deref())?;
         let private = read_key("priv-key", options.private_key.as_deref())?;
+        JwtTokens::from_key_bytes(options.sign_method, options.ttl, private, public)
+    }
+
+    /// [`JwtTokens::new`] once the key files are read: `private` and `public` are
+    /// their bytes, whatever they hold (the fuzz target `jwt_keys` calls this).
+    pub fn from_key_bytes(
+        method: SignMethod,
+        ttl: Duration,
+        private: Option<Vec<u8>>,
+        public: Option<Vec<u8>>,
+    ) -> Result<JwtTokens, JwtError> {
         let bad = |option: &'static str| {
             move |reason: String| JwtError::InvalidKey {
                 option,
@@ -112,7 +122,7 @@ impl JwtTokens {
             let alg = jwt_algorithm(method).ok_or(JwtError::MissingKey)?;
             return Ok(JwtTokens {
                 method,
-                ttl: options.ttl,
+                ttl,
                 signer: Some(SignKey::Jwt(EncodingKey::from_secret(&secret), alg)),
                 verifier: VerifyKey::Jwt(DecodingKey::from_secret(&secret), alg),
             });
@@ -157,7 +167,7 @@ impl JwtTokens {
         };
         Ok(JwtTokens {
             method,
-            ttl: options.ttl,
+            ttl,
             signer,
             verifier,
         })

@@ -1,6 +1,8 @@
 //! The key files of `--auth-token jwt,...`, read as golang-jwt reads them (first PEM
 //! block; PKCS#1, PKCS#8, SEC1, PKIX, certificates), into the forms the signers and
 //! verifiers of `auth::jwt` take. A child of `auth::jwt`, private to it.
+//! The PEM block is found as Go's `pem.Decode` finds it; the DER inside is read only by
+//! RustCrypto's decoders (`pkcs8`, `sec1`, `spki`, `pkcs1`), never by hand.
 //!
 //! Errors say which form was wrong and why, never any of the key's bytes.
 
@@ -53,7 +55,10 @@ impl KeyKind {
         }
     }
 
-    fn from_oids(algorithm: &[u8], parameter: Option<&[u8]>) -> Option<KeyKind> {
+    fn from_oids(
+        algorithm: der::ObjectIdentifier,
+        parameter: Option<der::ObjectIdentifier>,
+    ) -> Option<KeyKind> {
         match (algorithm, parameter) {
             (der::RSA, _) => Some(KeyKind::Rsa),
             (der::ED25519, _) => Some(KeyKind::Ed25519),
@@ -64,7 +69,7 @@ impl KeyKind {
         }
     }
 
-    fn curve_oid(self) -> &'static [u8] {
+    fn curve_oid(self) -> der::ObjectIdentifier {
         match self {
             KeyKind::P256 => der::P256,
             KeyKind::P384 => der::P384,
@@ -121,7 +126,8 @@ impl PrivateKey {
                 if kind == KeyKind::P521 {
                     (kind, scalar.to_vec())
                 } else {
-                    (kind, der::wrap_sec1_in_pkcs8(kind.curve_oid(), &der))
+                    let wrapped = der::wrap_sec1_in_pkcs8(kind.curve_oid(), &der);
+                    (kind, wrapped.ok_or_else(bad)?)
                 }
             }
             "PRIVATE KEY" => {
@@ -237,122 +243,67 @@ impl PublicKey {
     }
 }
 
-/// Just enough DER to find keys in PKCS#8, SEC1 and SubjectPublicKeyInfo.
+/// The DER of key files, read by RustCrypto's decoders (`pkcs8`, `sec1`, `spki`,
+/// `pkcs1`): each function answers `None` for anything that is not its structure.
 mod der {
-    pub const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
-    pub const EC: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
-    pub const ED25519: &[u8] = &[0x2b, 0x65, 0x70];
-    pub const P256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
-    pub const P384: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x22];
-    pub const P521: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x23];
+    pub use ::der::asn1::ObjectIdentifier;
+    use ::der::{Decode as _, Encode as _};
+    use pkcs8::PrivateKeyInfo;
+    use spki::{AlgorithmIdentifierRef, SubjectPublicKeyInfoRef};
 
-    const SEQUENCE: u8 = 0x30;
-    const INTEGER: u8 = 0x02;
-    const BIT_STRING: u8 = 0x03;
-    const OCTET_STRING: u8 = 0x04;
-    const OID: u8 = 0x06;
+    pub const RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
+    pub const EC: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.2.1");
+    pub const ED25519: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.101.112");
+    pub const P256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.3.1.7");
+    pub const P384: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.34");
+    pub const P521: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.35");
 
-    /// One TLV: (tag, value, rest). Definite lengths up to 3 bytes only.
-    fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-        let (&tag, rest) = input.split_first()?;
-        let (&first, mut rest) = rest.split_first()?;
-        let len = if first < 0x80 {
-            usize::from(first)
-        } else {
-            let n = usize::from(first & 0x7f);
-            if n == 0 || n > 3 || rest.len() < n {
-                return None;
-            }
-            let (bytes, after) = rest.split_at(n);
-            rest = after;
-            bytes.iter().fold(0, |acc, b| (acc << 8) | usize::from(*b))
-        };
-        (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+    /// (algorithm OID, parameter OID if the parameter is one, the key's bytes).
+    pub type Keyed<'a> = (ObjectIdentifier, Option<ObjectIdentifier>, &'a [u8]);
+
+    fn algorithm(alg: &AlgorithmIdentifierRef<'_>) -> (ObjectIdentifier, Option<ObjectIdentifier>) {
+        (alg.oid, alg.parameters_oid().ok())
     }
-
-    fn expect(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-        let (t, value, rest) = tlv(input)?;
-        (t == tag).then_some((value, rest))
-    }
-
-    /// AlgorithmIdentifier: (algorithm OID, parameter OID if the parameter is one).
-    fn algorithm(input: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
-        let (oid, rest) = expect(input, OID)?;
-        Some((oid, expect(rest, OID).map(|(p, _)| p)))
-    }
-
-    /// (algorithm OID, parameter OID if any, the key's bytes).
-    pub type Keyed<'a> = (&'a [u8], Option<&'a [u8]>, &'a [u8]);
 
     /// PKCS#8 PrivateKeyInfo: (algorithm, parameter, privateKey's contents).
     pub fn pkcs8(input: &[u8]) -> Option<Keyed<'_>> {
-        let (body, _) = expect(input, SEQUENCE)?;
-        let (_version, rest) = expect(body, INTEGER)?;
-        let (alg, rest) = expect(rest, SEQUENCE)?;
-        let (key, _) = expect(rest, OCTET_STRING)?;
-        let (oid, parameter) = algorithm(alg)?;
-        Some((oid, parameter, key))
+        let info = PrivateKeyInfo::from_der(input).ok()?;
+        let (oid, parameter) = algorithm(&info.algorithm);
+        Some((oid, parameter, info.private_key))
     }
 
     /// SEC1 ECPrivateKey: (named curve OID when present, private scalar). Inside
     /// PKCS#8 the curve is usually left to the AlgorithmIdentifier.
-    pub fn sec1(input: &[u8]) -> Option<(Option<&[u8]>, &[u8])> {
-        let (body, _) = expect(input, SEQUENCE)?;
-        let (_version, rest) = expect(body, INTEGER)?;
-        let (scalar, rest) = expect(rest, OCTET_STRING)?;
-        let curve = expect(rest, 0xa0)
-            .and_then(|(parameters, _)| expect(parameters, OID))
-            .map(|(curve, _)| curve);
-        Some((curve, scalar))
+    pub fn sec1(input: &[u8]) -> Option<(Option<ObjectIdentifier>, &[u8])> {
+        let key = sec1::EcPrivateKey::from_der(input).ok()?;
+        let curve = key.parameters.and_then(|p| p.named_curve());
+        Some((curve, key.private_key))
     }
 
-    /// SubjectPublicKeyInfo: (algorithm, parameter, key bits).
+    /// SubjectPublicKeyInfo: (algorithm, parameter, key bits); a key whose bit string
+    /// has unused bits is none.
     pub fn spki(input: &[u8]) -> Option<Keyed<'_>> {
-        let (body, _) = expect(input, SEQUENCE)?;
-        let (alg, rest) = expect(body, SEQUENCE)?;
-        let (bits, _) = expect(rest, BIT_STRING)?;
-        let (&unused, key) = bits.split_first()?;
-        let (oid, parameter) = algorithm(alg)?;
-        (unused == 0).then_some((oid, parameter, key))
+        let info = SubjectPublicKeyInfoRef::from_der(input).ok()?;
+        let (oid, parameter) = algorithm(&info.algorithm);
+        Some((oid, parameter, info.subject_public_key.as_bytes()?))
     }
 
     /// The modulus size of a PKCS#1 RSAPublicKey { modulus, publicExponent }.
     pub fn rsa_modulus_bits(input: &[u8]) -> Option<usize> {
-        let (body, _) = expect(input, SEQUENCE)?;
-        let (modulus, rest) = expect(body, INTEGER)?;
-        expect(rest, INTEGER)?;
-        let digits = match modulus.iter().position(|b| *b != 0) {
-            Some(i) => &modulus[i..],
-            None => return None,
-        };
-        Some(digits.len() * 8 - digits[0].leading_zeros() as usize)
-    }
-
-    fn push_tlv(out: &mut Vec<u8>, tag: u8, value: &[u8]) {
-        out.push(tag);
-        let len = value.len();
-        if len < 0x80 {
-            out.push(len as u8);
-        } else if len <= 0xff {
-            out.extend([0x81, len as u8]);
-        } else {
-            out.extend([0x82, (len >> 8) as u8, len as u8]);
-        }
-        out.extend_from_slice(value);
+        let key = pkcs1::RsaPublicKey::from_der(input).ok()?;
+        let digits = key.modulus.as_bytes();
+        let first = digits.first().filter(|b| **b != 0)?;
+        Some(digits.len() * 8 - first.leading_zeros() as usize)
     }
 
     /// PKCS#8 around a SEC1 key, as `openssl pkcs8 -topk8` writes it: ring (and so
-    /// jsonwebtoken) reads EC private keys only as PKCS#8, golang-jwt both.
-    pub fn wrap_sec1_in_pkcs8(curve: &[u8], sec1: &[u8]) -> Vec<u8> {
-        let mut alg = Vec::new();
-        push_tlv(&mut alg, OID, EC);
-        push_tlv(&mut alg, OID, curve);
-        let mut body = Vec::new();
-        push_tlv(&mut body, INTEGER, &[0]);
-        push_tlv(&mut body, SEQUENCE, &alg);
-        push_tlv(&mut body, OCTET_STRING, sec1);
-        let mut out = Vec::new();
-        push_tlv(&mut out, SEQUENCE, &body);
-        out
+    /// jsonwebtoken) reads EC private keys only as PKCS#8, golang-jwt both. `None` only
+    /// if the key is too large for DER's lengths.
+    pub fn wrap_sec1_in_pkcs8(curve: ObjectIdentifier, sec1: &[u8]) -> Option<Vec<u8>> {
+        let algorithm = AlgorithmIdentifierRef {
+            oid: EC,
+            parameters: Some((&curve).into()),
+        };
+        PrivateKeyInfo::new(algorithm, sec1).to_der().ok()
     }
 }

@@ -621,3 +621,81 @@ fn signing_needs_a_clock_after_1970() {
     let token = tokens.sign("root", 1, at(NOW)).expect("sign");
     assert_eq!(tokens.verify(&token, before), None);
 }
+
+/// Key files that are PEM around broken or foreign DER: every prefix of real keys of
+/// each form, an encrypted PKCS#8 key, and a key under another form's label. Each is
+/// refused as an invalid key (the RustCrypto decoders' `None`), never a panic.
+#[test]
+fn broken_der_in_key_files_is_refused() {
+    use base64::engine::general_purpose::STANDARD;
+    let keys = Keys::new()
+        .rsa("2048")
+        .ec("prime256v1")
+        .ec("secp521r1")
+        .ed();
+    let der_of = |name: &str| -> (String, Vec<u8>) {
+        let text = std::fs::read(keys.path(name)).expect("key");
+        keys::pem_block(&text).expect("PEM")
+    };
+    let pem = |label: &str, der: &[u8]| {
+        format!(
+            "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+            STANDARD.encode(der)
+        )
+        .into_bytes()
+    };
+    let ttl = Duration::from_secs(300);
+    let refused = |method: SignMethod, private: Option<Vec<u8>>, public: Option<Vec<u8>>| {
+        match JwtTokens::from_key_bytes(method, ttl, private, public) {
+            Err(JwtError::InvalidKey { .. }) => {}
+            other => panic!("{method}: {other:?}"),
+        }
+    };
+    for (method, private, public) in [
+        (SignMethod::RS256, "rsa.pem", "rsa_pub.pem"),
+        (SignMethod::RS256, "rsa1.pem", "rsa_pub1.pem"),
+        (SignMethod::ES256, "prime256v1.pem", "prime256v1_pub.pem"),
+        (SignMethod::ES256, "prime256v1_p8.pem", "prime256v1_pub.pem"),
+        (SignMethod::ES512, "secp521r1.pem", "secp521r1_pub.pem"),
+        (SignMethod::ES512, "secp521r1_p8.pem", "secp521r1_pub.pem"),
+        (SignMethod::EdDSA, "ed.pem", "ed_pub.pem"),
+    ] {
+        for (name, is_private) in [(private, true), (public, false)] {
+            let (label, der) = der_of(name);
+            for len in 0..der.len() {
+                let file = Some(pem(&label, &der[..len]));
+                if is_private {
+                    refused(method, file, None);
+                } else {
+                    refused(method, None, file);
+                }
+            }
+        }
+    }
+    // Another form's label over a valid key.
+    let (_, rsa_pkcs8) = der_of("rsa.pem");
+    refused(
+        SignMethod::RS256,
+        Some(pem("EC PRIVATE KEY", &rsa_pkcs8)),
+        None,
+    );
+    let (_, ec_pkix) = der_of("prime256v1_pub.pem");
+    refused(
+        SignMethod::ES256,
+        None,
+        Some(pem("RSA PUBLIC KEY", &ec_pkix)),
+    );
+    // An encrypted PKCS#8 key, as golang-jwt refuses it.
+    keys.run(&[
+        "pkcs8",
+        "-topk8",
+        "-in",
+        "prime256v1.pem",
+        "-passout",
+        "pass:secret",
+        "-out",
+        "encrypted.pem",
+    ]);
+    let encrypted = std::fs::read(keys.path("encrypted.pem")).expect("key");
+    refused(SignMethod::ES256, Some(encrypted), None);
+}
