@@ -13,11 +13,11 @@ pub mod cli;
 mod error;
 mod member_status;
 mod members;
-mod paging;
+pub mod paging;
 mod records;
 mod resource;
 mod snapshots;
-mod validate;
+pub mod validate;
 
 use std::sync::Arc;
 

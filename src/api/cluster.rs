@@ -211,7 +211,7 @@ impl Refused {
 
 /// etcd's `types.NewURLs`: each URL is `scheme://host:port` with a scheme etcd knows
 /// and no path. Returned sorted, as etcd keeps them.
-pub(crate) fn peer_urls(given: &[String]) -> Result<Vec<String>, Status> {
+pub fn peer_urls(given: &[String]) -> Result<Vec<String>, Status> {
     let bad = || status::from_membership(MembershipError::BadUrls);
     if given.is_empty() {
         return Err(bad());

@@ -55,7 +55,9 @@ pub use lease::LeaseRecord;
 pub use meta::{read_applied, read_member_attributes, read_removed_members, AppliedState};
 pub use range::in_range;
 pub use range_stream::{chunk_budget, RangeStream};
-pub use snapshot::{keep_received_snapshot, verify_transfer_file, InstallUnderWay, SnapshotInfo};
+pub use snapshot::{
+    keep_received_snapshot, read_snapshot_meta, verify_transfer_file, InstallUnderWay, SnapshotInfo,
+};
 pub use write::{ApplyBatch, WriteOutcome};
 
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};

@@ -9,10 +9,10 @@
 //! translates, it never implements an RPC and never touches the node.
 
 mod channel;
-mod go_json;
-mod jsonpb;
+pub mod go_json;
+pub mod jsonpb;
 mod response;
-mod routes;
+pub mod routes;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
