@@ -34,6 +34,20 @@ crash-soak: deps
 	cargo build --bin quantykube-planted --features planted-bugs
 	QK_CRASH_ROUNDS=$(ROUNDS) cargo test --test crash -- --test-threads=1 --nocapture
 
+.PHONY: fuzz fuzz-seeds
+
+## Every fuzz target for FUZZ_SECONDS each (default 60), or only FUZZ_TARGETS (names in
+## fuzz/fuzz_targets/); see docs/security.md. `make test` only replays the corpora.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+fuzz: deps
+	./fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+## The seed corpora, made again (never edited by hand).
+fuzz-seeds: deps
+	cargo run -p quantykube-fuzz-targets --example seeds
+	./fuzz/seed-etcd-snapshot.sh
+
 ## fmt, clippy, and our own .proto files against the API style guide (tools/proto-lint;
 ## etcd's protos under proto/etcd are etcd's and exempt).
 lint:
