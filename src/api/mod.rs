@@ -88,12 +88,18 @@ pub fn client_layers(node: Arc<Node>) -> ClientLayers {
 /// The client port's server settings and the layers every gRPC call passes through.
 /// `http` also serves HTTP/1.1 (the probes, `/version`, `/metrics`, the gateway) on the
 /// same listener, as etcd does unless `--listen-client-http-urls` is set.
+/// `max_concurrent_streams` is `--max-concurrent-streams`: HTTP/2's
+/// `SETTINGS_MAX_CONCURRENT_STREAMS`, which a client honours by holding a further
+/// request until one of its streams ends, and which h2 enforces on a client that does
+/// not by refusing the stream (`REFUSED_STREAM`), as grpc-go does for etcd.
 pub fn client_server(
     node: Arc<Node>,
     http: bool,
+    max_concurrent_streams: u32,
 ) -> Server<tower::layer::util::Stack<ClientLayers, tower::layer::util::Identity>> {
     Server::builder()
         .accept_http1(http)
+        .max_concurrent_streams(max_concurrent_streams)
         .layer(client_layers(node))
 }
 

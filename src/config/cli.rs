@@ -79,6 +79,10 @@ pub(super) struct Cli {
     /// Maximum number of operations permitted in a transaction [default: 128]
     #[arg(long, value_name = "N")]
     max_txn_ops: Option<String>,
+    /// Maximum concurrent streams that each client can open at a time (HTTP/2's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS on the client port) [default: 4294967295]
+    #[arg(long, value_name = "N")]
+    max_concurrent_streams: Option<String>,
     /// Path to the server configuration file (etcd's YAML keys); when given, every other
     /// flag and ETCD_* variable is ignored
     #[arg(long, value_name = "FILE")]
@@ -215,6 +219,7 @@ impl Cli {
             ("quota-backend-bytes", self.quota_backend_bytes),
             ("max-request-bytes", self.max_request_bytes),
             ("max-txn-ops", self.max_txn_ops),
+            ("max-concurrent-streams", self.max_concurrent_streams),
             ("config-file", self.config_file),
             ("log-level", self.log_level),
             ("log-format", self.log_format),

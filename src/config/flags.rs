@@ -163,7 +163,7 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("backend-bbolt-freelist-type", Text, PERF),
     flag("backend-batch-interval", Dur, PERF),
     flag("backend-batch-limit", Int, PERF),
-    flag("max-concurrent-streams", Uint, PERF),
+    flag("max-concurrent-streams", Uint, Implemented),
     flag("grpc-keepalive-min-time", Dur, PERF),
     flag("grpc-keepalive-interval", Dur, PERF),
     flag("grpc-keepalive-timeout", Dur, PERF),

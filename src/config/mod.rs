@@ -78,7 +78,7 @@ use self::setting::{env_key, Origin, Setting};
 use self::values::{
     advertise_urls, check_initial_cluster, is_version, listen_urls, optional_listen_urls,
     parse_go_bool, parse_go_duration, parse_go_int, parse_initial_cluster, to_usize, uint_setting,
-    SYNTAX_ERROR,
+    RANGE_ERROR, SYNTAX_ERROR,
 };
 
 /// The etcd server version reported by `Maintenance.Status` unless `--etcd-version` says otherwise.
@@ -146,6 +146,10 @@ pub struct Config {
     pub quota_backend_bytes_flag: i64,
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
+    /// `--max-concurrent-streams`: the HTTP/2 streams one client connection may have
+    /// open at once on the client port (`SETTINGS_MAX_CONCURRENT_STREAMS`); etcd's
+    /// default, `math.MaxUint32`, is no limit in practice.
+    pub max_concurrent_streams: u32,
     /// `--log-level`, `--log-format`, `--log-outputs` (and `--logger`, checked only).
     pub logs: LogSettings,
     /// Always positive: etcd's default for values <= 0 and its 100 ms floor already applied.
@@ -586,6 +590,14 @@ fn resolve(
     let max_request_bytes = to_usize(get("max-request-bytes"), max_request_bytes)?;
     let max_txn_ops = uint_setting(get("max-txn-ops"), 128)?;
     let max_txn_ops = to_usize(get("max-txn-ops"), max_txn_ops)?;
+    let max_concurrent_streams = match get("max-concurrent-streams") {
+        None => u32::MAX,
+        // etcd's `flags.Uint32Value`: `strconv.ParseUint(s, 0, 32)`.
+        Some(setting) => {
+            let value = uint_setting(Some(setting), u64::from(u32::MAX))?;
+            u32::try_from(value).map_err(|_| setting.invalid(RANGE_ERROR))?
+        }
+    };
 
     let watch_progress_notify_interval = watch_progress_interval(settings, warnings)?;
     let lease_checkpoint_interval = match get("experimental-lease-checkpoint-interval") {
@@ -671,6 +683,7 @@ fn resolve(
         quota_backend_bytes_flag,
         max_request_bytes,
         max_txn_ops,
+        max_concurrent_streams,
         logs,
         watch_progress_notify_interval,
         lease_checkpoint_interval,

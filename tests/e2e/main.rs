@@ -21,6 +21,7 @@ mod auth_secrets;
 mod auth_tokens;
 mod auto_compaction;
 mod bench_tool;
+mod client_limits;
 mod cluster_boundaries;
 mod cluster_info;
 mod config_file;
