@@ -112,6 +112,10 @@ pub(super) struct Cli {
     /// The etcd version Maintenance.Status reports (QuantyKube only) [default: 3.7.1]
     #[arg(long, value_name = "VERSION")]
     etcd_version: Option<String>,
+    /// How long the JSON gateway waits for a request body (a stream's first message)
+    /// before answering 400 (QuantyKube only) [default: 60s]
+    #[arg(long, value_name = "DURATION")]
+    gateway_body_timeout: Option<String>,
     /// Reject reconfiguration requests that would cause quorum loss [default: true]
     #[arg(long, value_name = "BOOL")]
     strict_reconfig_check: Option<String>,
@@ -238,6 +242,7 @@ impl Cli {
                 self.experimental_lease_checkpoint_interval,
             ),
             ("etcd-version", self.etcd_version),
+            ("gateway-body-timeout", self.gateway_body_timeout),
             ("strict-reconfig-check", self.strict_reconfig_check),
             ("max-learners", self.max_learners),
             ("auth-token", self.auth_token),

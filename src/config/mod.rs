@@ -91,6 +91,10 @@ pub const DEFAULT_SNAPSHOT_COUNT: u64 = 10_000;
 pub const DEFAULT_WATCH_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_secs(10 * 60);
 /// etcd's lease checkpoint interval when the flag is not positive.
 pub const DEFAULT_LEASE_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5 * 60);
+/// `--gateway-body-timeout`'s default. etcd's HTTP server has no read timeout at all,
+/// so a body that never ends holds its request forever; a minute is ample for the
+/// largest body the gateway takes (about 4 MiB) over a slow link.
+pub const DEFAULT_GATEWAY_BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
 // etcd raises shorter progress intervals to this floor (v3rpc minWatchProgressInterval).
 const MIN_WATCH_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_millis(100);
@@ -188,6 +192,9 @@ pub struct Config {
     pub listen_metrics_urls: Vec<Url>,
     /// `--enable-grpc-gateway`: the JSON gateway on the client URLs.
     pub enable_grpc_gateway: bool,
+    /// `--gateway-body-timeout` (QuantyKube only): how long the gateway waits for a
+    /// request's body (a streaming call's first message) before refusing it.
+    pub gateway_body_timeout: Duration,
     /// `--cors` and `--host-whitelist`: what etcd's access controller lets through to
     /// the HTTP endpoints of the client URLs.
     pub http_access: HttpAccess,
@@ -608,6 +615,14 @@ fn resolve(
         },
     };
 
+    let gateway_body_timeout = match get("gateway-body-timeout") {
+        None => DEFAULT_GATEWAY_BODY_TIMEOUT,
+        Some(setting) => match parse_go_duration(&setting.value).map_err(|r| setting.invalid(r))? {
+            nanos if nanos <= 0 => return Err(setting.invalid("must be positive")),
+            nanos => Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)),
+        },
+    };
+
     let etcd_version = match get("etcd-version") {
         None => DEFAULT_ETCD_VERSION.to_string(),
         Some(s) if is_version(&s.value) => s.value.clone(),
@@ -698,6 +713,7 @@ fn resolve(
         listen_client_http_urls,
         listen_metrics_urls,
         enable_grpc_gateway,
+        gateway_body_timeout,
         http_access,
         tls,
         auto_compaction,

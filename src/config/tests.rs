@@ -184,6 +184,12 @@ fn typed_flags_parse() {
         run(&["--max-concurrent-streams", "0x10"]).max_concurrent_streams,
         16
     );
+    assert_eq!(run(&[]).gateway_body_timeout, Duration::from_secs(60));
+    assert_eq!(
+        run(&["--gateway-body-timeout=1500ms"]).gateway_body_timeout,
+        Duration::from_millis(1500)
+    );
+    assert!(error(&["--gateway-body-timeout=0s"]).contains("must be positive"));
     assert!(error(&["--max-concurrent-streams=4294967296"])
         .contains(r#"invalid value "4294967296" for flag --max-concurrent-streams"#));
     assert!(error(&["--log-level=loud"]).contains("only supports debug"));

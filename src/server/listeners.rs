@@ -176,6 +176,7 @@ impl Servers {
             Arc::new(http::gateway::Gateway::new(
                 api::client_service(node.clone(), routes.clone()),
                 node.limits().max_request_bytes,
+                config.gateway_body_timeout,
             ))
         });
         let client_surface = http::ClientHttp {

@@ -35,6 +35,7 @@ mod force_new_cluster;
 mod gateway;
 mod gateway_access;
 mod gateway_differential;
+mod gateway_limits;
 mod http2_authority;
 mod kubeadm;
 mod kv_compact;
