@@ -7,7 +7,7 @@ use quantykube::proto::etcdserverpb::kv_client::KvClient;
 use quantykube::proto::etcdserverpb::watch_client::WatchClient;
 use quantykube::proto::etcdserverpb::watch_request::RequestUnion;
 use quantykube::proto::etcdserverpb::{
-    PutRequest, WatchCreateRequest, WatchRequest, WatchResponse,
+    PutRequest, WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -142,4 +142,149 @@ async fn a_fourth_stream_on_one_connection_waits_for_one_of_three_to_end() {
     for _ in 0..3 {
         OpenWatch::open(&fresh, "seen").await;
     }
+}
+
+/// A Watch stream a test drives request by request.
+struct RawWatch {
+    requests: mpsc::Sender<WatchRequest>,
+    responses: Streaming<WatchResponse>,
+}
+
+impl RawWatch {
+    async fn open(channel: &Channel) -> RawWatch {
+        let (requests, rx) = mpsc::channel(1024);
+        let responses = WatchClient::new(channel.clone())
+            .max_decoding_message_size(usize::MAX)
+            .watch(ReceiverStream::new(rx))
+            .await
+            .expect("open a watch stream")
+            .into_inner();
+        RawWatch {
+            requests,
+            responses,
+        }
+    }
+
+    async fn create(&self, key: Vec<u8>) {
+        self.requests
+            .send(WatchRequest {
+                request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                    key: key.into(),
+                    ..Default::default()
+                })),
+            })
+            .await
+            .expect("send a create");
+    }
+
+    async fn cancel(&self, watch_id: i64) {
+        self.requests
+            .send(WatchRequest {
+                request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest { watch_id })),
+            })
+            .await
+            .expect("send a cancel");
+    }
+
+    async fn next(&mut self) -> WatchResponse {
+        tokio::time::timeout(RPC_TIMEOUT, self.responses.message())
+            .await
+            .expect("a response in time")
+            .expect("a response")
+            .expect("the stream is open")
+    }
+}
+
+/// QuantyKube's bound on what one Watch stream's watchers hold
+/// (`MAX_WATCHED_KEY_BYTES_PER_STREAM`, 64 MiB of keys; etcd has none): a create
+/// beyond it is answered as etcd answers a create it cannot serve, created and
+/// canceled with a reason, and the stream, its watchers and other clients go on.
+#[tokio::test]
+async fn a_stream_holds_watched_keys_up_to_its_limit() {
+    if Target::from_env() == Target::Etcd {
+        eprintln!("skipped against etcd 3.4: it holds any number of watchers on a stream");
+        return;
+    }
+    let cluster = Cluster::start(1).await;
+    let channel = one_connection(&cluster.endpoint(0)).await;
+    let mut stream = RawWatch::open(&channel).await;
+    let big = |i: u8| {
+        let mut key = vec![b'w', i];
+        key.resize(1 << 20, b'.');
+        key
+    };
+    for i in 0..64 {
+        stream.create(big(i)).await;
+        let created = stream.next().await;
+        assert!(created.created && !created.canceled, "{i}: {created:?}");
+    }
+    for key in [big(64), b"small".to_vec()] {
+        stream.create(key).await;
+        let refused = stream.next().await;
+        assert!(refused.created && refused.canceled, "{refused:?}");
+        assert_eq!(refused.watch_id, -1);
+        assert_eq!(
+            refused.cancel_reason,
+            "quantykube: too many watchers on the WatchStream"
+        );
+    }
+    // Another client is served, and the stream's watchers still see events.
+    let mut other = cluster.client(0).await;
+    other
+        .put(big(3), "seen", None)
+        .await
+        .expect("put on another connection");
+    let event = stream.next().await;
+    assert_eq!(event.watch_id, 3, "{:?}", event.header);
+    assert_eq!(event.events.len(), 1);
+    // A cancel makes room again.
+    stream.cancel(0).await;
+    assert!(stream.next().await.canceled);
+    stream.create(b"small".to_vec()).await;
+    let created = stream.next().await;
+    assert!(created.created && !created.canceled, "{created:?}");
+}
+
+/// QuantyKube's bound on how many watchers one Watch stream holds
+/// (`MAX_WATCHERS_PER_STREAM`, 10000; etcd has none).
+#[tokio::test]
+async fn a_stream_holds_watchers_up_to_its_limit() {
+    if Target::from_env() == Target::Etcd {
+        eprintln!("skipped against etcd 3.4: it holds any number of watchers on a stream");
+        return;
+    }
+    const LIMIT: usize = 10_000;
+    let cluster = Cluster::start(1).await;
+    let channel = one_connection(&cluster.endpoint(0)).await;
+    let mut stream = RawWatch::open(&channel).await;
+    let sender = stream.requests.clone();
+    // All the creates at once, the answers read meanwhile.
+    let sending = tokio::spawn(async move {
+        for i in 0..=LIMIT {
+            let create = WatchRequest {
+                request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                    key: format!("w/{i}").into_bytes().into(),
+                    ..Default::default()
+                })),
+            };
+            if sender.send(create).await.is_err() {
+                return;
+            }
+        }
+    });
+    for i in 0..LIMIT {
+        let created = stream.next().await;
+        assert!(created.created && !created.canceled, "{i}: {created:?}");
+    }
+    let refused = stream.next().await;
+    assert!(refused.created && refused.canceled, "{refused:?}");
+    assert_eq!(
+        refused.cancel_reason,
+        "quantykube: too many watchers on the WatchStream"
+    );
+    sending.await.expect("the sender");
+    let mut other = cluster.client(0).await;
+    other.put("w/7", "seen", None).await.expect("put");
+    let event = stream.next().await;
+    assert_eq!(event.watch_id, 7);
 }
