@@ -36,6 +36,7 @@ mod gateway;
 mod gateway_access;
 mod gateway_differential;
 mod gateway_limits;
+mod h2_limits;
 mod http2_authority;
 mod kubeadm;
 mod kv_compact;
