@@ -61,6 +61,15 @@ pub struct Beside {
 /// a too-large request is answered with etcd's own error rather than a transport one.
 const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
+/// The largest header list one request may send on the client port, HTTP/2's
+/// `SETTINGS_MAX_HEADER_LIST_SIZE` (hyper's default is 16 KiB). etcd answers HTTP with
+/// Go's `http.DefaultMaxHeaderBytes`, 1 MiB, and gRPC with grpc-go's 16 MiB; one limit
+/// serves both here, Go's: far above what any client sends (a token is under 1 KiB),
+/// and what a header block held per open stream is bounded by. Beyond it h2 answers
+/// 431 and refuses the stream, or ends a connection whose header block goes on for
+/// more CONTINUATION frames than the limit needs.
+pub const MAX_HEADER_LIST_BYTES: u32 = 1 << 20;
+
 /// The layers around every client RPC, from the inside out: the learner gate, etcd's
 /// status rewrites, and outermost the metrics, so that they see the final status.
 pub type ClientLayers = tower::layer::util::Stack<
@@ -100,6 +109,7 @@ pub fn client_server(
     Server::builder()
         .accept_http1(http)
         .max_concurrent_streams(max_concurrent_streams)
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
         .layer(client_layers(node))
 }
 

@@ -85,7 +85,7 @@ impl Servers {
 
     /// Serves `routes` on `incoming` (gRPC, and HTTP/1.1 for the HTTP routes in it),
     /// with at most `max_concurrent_streams` HTTP/2 streams open on one connection
-    /// (`None`: hyper's default).
+    /// (`None`: no limit) and the client port's header limit.
     fn spawn<IO>(
         &mut self,
         routes: Routes,
@@ -95,7 +95,8 @@ impl Servers {
         IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
     {
         let stop = self.stopped_signal();
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = tonic::transport::Server::builder()
+            .http2_max_header_list_size(api::MAX_HEADER_LIST_BYTES);
         if let Some(max) = max_concurrent_streams {
             builder = builder.max_concurrent_streams(max);
         }

@@ -7,7 +7,7 @@ use quantykube::proto::etcdserverpb::kv_client::KvClient;
 use quantykube::proto::etcdserverpb::watch_client::WatchClient;
 use quantykube::proto::etcdserverpb::watch_request::RequestUnion;
 use quantykube::proto::etcdserverpb::{
-    PutRequest, WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse,
+    PutRequest, RangeRequest, WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -287,4 +287,44 @@ async fn a_stream_holds_watchers_up_to_its_limit() {
     other.put("w/7", "seen", None).await.expect("put");
     let event = stream.next().await;
     assert_eq!(event.watch_id, 7);
+}
+
+/// A Range on a connection of its own, with a `x-padding` header of `bytes` bytes.
+async fn range_with_header(endpoint: &str, bytes: usize) -> Result<(), tonic::Status> {
+    let mut kv = KvClient::new(one_connection(endpoint).await);
+    let mut request = tonic::Request::new(RangeRequest {
+        key: "k".into(),
+        ..Default::default()
+    });
+    request.set_timeout(RPC_TIMEOUT);
+    let padding =
+        tonic::metadata::MetadataValue::try_from("p".repeat(bytes)).expect("a header value");
+    request.metadata_mut().insert("x-padding", padding);
+    tokio::time::timeout(RPC_TIMEOUT, kv.range(request))
+        .await
+        .map_err(|_| tonic::Status::deadline_exceeded("no answer"))?
+        .map(drop)
+}
+
+/// The header list a request may send: QuantyKube's `MAX_HEADER_LIST_BYTES` (1 MiB,
+/// Go's limit on etcd's HTTP surface), etcd's gRPC surface grpc-go's 16 MiB. Over
+/// either the request is refused, and other clients are served.
+#[tokio::test]
+async fn headers_over_the_limit_are_refused_and_others_are_served() {
+    let cluster = Cluster::start(1).await;
+    let endpoint = cluster.endpoint(0);
+    let mut other = cluster.client(0).await;
+    // Far above hyper's default of 16 KiB, within both limits.
+    range_with_header(&endpoint, 512 << 10)
+        .await
+        .expect("a 512 KiB header is taken");
+    let over_ours = range_with_header(&endpoint, 2 << 20).await;
+    match cluster.target() {
+        Target::Quantykube => assert!(over_ours.is_err(), "a 2 MiB header was taken"),
+        Target::Etcd => over_ours.expect("etcd takes a 2 MiB header"),
+    }
+    other.put("after-2MiB", "x", None).await.expect("a put");
+    let over_both = range_with_header(&endpoint, 17 << 20).await;
+    assert!(over_both.is_err(), "a 17 MiB header was taken");
+    other.put("after-17MiB", "x", None).await.expect("a put");
 }
