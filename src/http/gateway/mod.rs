@@ -143,7 +143,11 @@ async fn serve(gateway: Arc<Gateway>, skip: usize, request: Request<Body>) -> Re
     )
     .await
     .unwrap_or_else(|_| {
-        tracing::debug!(method = resolved.route.method, timeout = ?gateway.body_timeout, "gateway request body timed out");
+        tracing::debug!(
+            method = resolved.route.method,
+            timeout = ?gateway.body_timeout,
+            "gateway request body timed out"
+        );
         Err(BodyError::TimedOut(gateway.body_timeout))
     });
     match resolved.route.shape {
