@@ -1,7 +1,7 @@
 //! What one client can use of a member's client port (docs/security.md, "Limits on
 //! what one client can use"): `--max-concurrent-streams` as HTTP/2's concurrent-stream
-//! limit, tried as a client library meets it, and each time with another client still
-//! served.
+//! limit, tried as a client library meets it; the watchers one Watch stream may hold;
+//! the size of a request's headers. Each time another client is still served.
 
 use quantykube::proto::etcdserverpb::kv_client::KvClient;
 use quantykube::proto::etcdserverpb::watch_client::WatchClient;
