@@ -54,6 +54,14 @@ fn post_head(address: &str, path: &str, framing: &str) -> String {
     )
 }
 
+/// An answer that must come, bounded by a limit of the member; the timeout only stops a test
+/// whose member never answers (30 s).
+async fn in_time<T>(answer: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), answer)
+        .await
+        .expect("an answer once the member's limit was reached")
+}
+
 /// A Put over the gateway, as another client makes it meanwhile.
 async fn served(gateway: &Gateway, key: &str) {
     gateway.put(key, "served").await;
@@ -112,9 +120,8 @@ async fn a_body_that_never_ends_is_refused_once_over_the_limit() {
         }
         while writer.write_all(piece.as_bytes()).await.is_ok() {}
     });
-    let (status, body) = tokio::time::timeout(RPC_TIMEOUT, read_answer(&mut reader))
-        .await
-        .expect("an answer while the body goes on");
+    // Answered while the body goes on.
+    let (status, body) = in_time(read_answer(&mut reader)).await;
     sender.abort();
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["code"], 8, "{body}");
@@ -165,10 +172,10 @@ async fn a_body_that_never_arrives_is_refused_after_the_body_timeout() {
     // Another client is served while both wait.
     served(&gateway, "meanwhile").await;
 
-    for (what, answer) in [
-        ("stalled", read_answer(&mut stalled).await),
-        ("trickle", read_answer(&mut trickle_reader).await),
-    ] {
+    // Bounded by the body timeout; 30 s only stops a member that never answers.
+    let stalled = in_time(read_answer(&mut stalled)).await;
+    let trickle = in_time(read_answer(&mut trickle_reader)).await;
+    for (what, answer) in [("stalled", stalled), ("trickle", trickle)] {
         let (status, body) = answer;
         assert_eq!(status, 400, "{what}: {body}");
         assert_eq!(body["code"], 3, "{what}: {body}");
