@@ -61,6 +61,15 @@ pub struct Beside {
 /// a too-large request is answered with etcd's own error rather than a transport one.
 const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
+/// The largest header list one request may send on the client port, HTTP/2's
+/// `SETTINGS_MAX_HEADER_LIST_SIZE` (hyper's default is 16 KiB). etcd answers HTTP with
+/// Go's `http.DefaultMaxHeaderBytes`, 1 MiB, and gRPC with grpc-go's 16 MiB; one limit
+/// serves both here, Go's: far above what any client sends (a token is under 1 KiB),
+/// and what a header block held per open stream is bounded by. Beyond it h2 answers
+/// 431 and refuses the stream, or ends a connection whose header block goes on for
+/// more CONTINUATION frames than the limit needs.
+pub const MAX_HEADER_LIST_BYTES: u32 = 1 << 20;
+
 /// The layers around every client RPC, from the inside out: the learner gate, etcd's
 /// status rewrites, and outermost the metrics, so that they see the final status.
 pub type ClientLayers = tower::layer::util::Stack<
@@ -88,12 +97,19 @@ pub fn client_layers(node: Arc<Node>) -> ClientLayers {
 /// The client port's server settings and the layers every gRPC call passes through.
 /// `http` also serves HTTP/1.1 (the probes, `/version`, `/metrics`, the gateway) on the
 /// same listener, as etcd does unless `--listen-client-http-urls` is set.
+/// `max_concurrent_streams` is `--max-concurrent-streams`: HTTP/2's
+/// `SETTINGS_MAX_CONCURRENT_STREAMS`, which a client honours by holding a further
+/// request until one of its streams ends, and which h2 enforces on a client that does
+/// not by refusing the stream (`REFUSED_STREAM`), as grpc-go does for etcd.
 pub fn client_server(
     node: Arc<Node>,
     http: bool,
+    max_concurrent_streams: u32,
 ) -> Server<tower::layer::util::Stack<ClientLayers, tower::layer::util::Identity>> {
     Server::builder()
         .accept_http1(http)
+        .max_concurrent_streams(max_concurrent_streams)
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
         .layer(client_layers(node))
 }
 

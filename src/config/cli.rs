@@ -79,6 +79,10 @@ pub(super) struct Cli {
     /// Maximum number of operations permitted in a transaction [default: 128]
     #[arg(long, value_name = "N")]
     max_txn_ops: Option<String>,
+    /// Maximum concurrent streams that each client can open at a time (HTTP/2's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS on the client port) [default: 4294967295]
+    #[arg(long, value_name = "N")]
+    max_concurrent_streams: Option<String>,
     /// Path to the server configuration file (etcd's YAML keys); when given, every other
     /// flag and ETCD_* variable is ignored
     #[arg(long, value_name = "FILE")]
@@ -108,6 +112,10 @@ pub(super) struct Cli {
     /// The etcd version Maintenance.Status reports (QuantyKube only) [default: 3.7.1]
     #[arg(long, value_name = "VERSION")]
     etcd_version: Option<String>,
+    /// How long the JSON gateway waits for a request body (a stream's first message)
+    /// before answering 400 (QuantyKube only) [default: 60s]
+    #[arg(long, value_name = "DURATION")]
+    gateway_body_timeout: Option<String>,
     /// Reject reconfiguration requests that would cause quorum loss [default: true]
     #[arg(long, value_name = "BOOL")]
     strict_reconfig_check: Option<String>,
@@ -215,6 +223,7 @@ impl Cli {
             ("quota-backend-bytes", self.quota_backend_bytes),
             ("max-request-bytes", self.max_request_bytes),
             ("max-txn-ops", self.max_txn_ops),
+            ("max-concurrent-streams", self.max_concurrent_streams),
             ("config-file", self.config_file),
             ("log-level", self.log_level),
             ("log-format", self.log_format),
@@ -233,6 +242,7 @@ impl Cli {
                 self.experimental_lease_checkpoint_interval,
             ),
             ("etcd-version", self.etcd_version),
+            ("gateway-body-timeout", self.gateway_body_timeout),
             ("strict-reconfig-check", self.strict_reconfig_check),
             ("max-learners", self.max_learners),
             ("auth-token", self.auth_token),

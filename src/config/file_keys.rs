@@ -223,6 +223,7 @@ pub(super) static ROOT: Section = Section {
         // QuantyKube's own flags, under their flag names and as strings (as on the
         // command line: `5m`, `3.6.5`).
         top("etcd-version", Str),
+        top("gateway-body-timeout", Str),
         top("auto-compaction-revision-interval", Str),
         top("experimental-lease-checkpoint-interval", Str),
     ],

@@ -198,6 +198,7 @@ snapshot-count: 500
 quota-backend-bytes: 4096
 max-request-bytes: 2097152
 max-txn-ops: 256
+max-concurrent-streams: 64
 log-level: warn
 log-format: console
 log-outputs: [stdout, /var/log/qk.log]
@@ -205,6 +206,7 @@ logger: zap
 watch-progress-notify-interval: 90000000000
 experimental-lease-checkpoint-interval: 30s
 etcd-version: 3.5.17
+gateway-body-timeout: 90s
 strict-reconfig-check: false
 max-learners: 3
 enable-grpc-gateway: false
@@ -281,6 +283,7 @@ fn every_implemented_key_sets_what_its_flag_sets() {
     assert_eq!(c.quota_backend_bytes, Some(4096));
     assert_eq!(c.max_request_bytes, 2 << 20);
     assert_eq!(c.max_txn_ops, 256);
+    assert_eq!(c.max_concurrent_streams, 64);
     assert_eq!(
         c.logs,
         LogSettings {
@@ -295,6 +298,7 @@ fn every_implemented_key_sets_what_its_flag_sets() {
     assert_eq!(c.watch_progress_notify_interval, Duration::from_secs(90));
     assert_eq!(c.lease_checkpoint_interval, Duration::from_secs(30));
     assert_eq!(c.etcd_version, "3.5.17");
+    assert_eq!(c.gateway_body_timeout, Duration::from_secs(90));
     assert!(!c.strict_reconfig_check);
     assert_eq!(c.max_learners, 3);
     assert!(!c.enable_grpc_gateway);

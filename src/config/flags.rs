@@ -72,8 +72,8 @@ const IGNORED_BY_ETCD: Treatment = Treatment::Obsolete("flag is no longer suppor
 use Kind::{Bool, Duration as Dur, Int, Text, Uint};
 use Treatment::Implemented;
 
-/// Every flag `etcd` 3.6 accepts (plus our `--etcd-version` and
-/// `--auto-compaction-revision-interval`), except `-h`/`-help`.
+/// Every flag `etcd` 3.6 accepts (plus our `--etcd-version`, `--gateway-body-timeout`
+/// and `--auto-compaction-revision-interval`), except `-h`/`-help`.
 pub(super) static FLAGS: &[EtcdFlag] = &[
     // Implemented.
     flag("name", Text, Implemented),
@@ -104,6 +104,7 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("watch-progress-notify-interval", Text, Implemented),
     flag("experimental-lease-checkpoint-interval", Text, Implemented),
     flag("etcd-version", Text, Implemented),
+    flag("gateway-body-timeout", Text, Implemented),
     flag("strict-reconfig-check", Bool, Implemented),
     flag("max-learners", Int, Implemented),
     flag("discovery-srv", Text, Implemented),
@@ -163,7 +164,7 @@ pub(super) static FLAGS: &[EtcdFlag] = &[
     flag("backend-bbolt-freelist-type", Text, PERF),
     flag("backend-batch-interval", Dur, PERF),
     flag("backend-batch-limit", Int, PERF),
-    flag("max-concurrent-streams", Uint, PERF),
+    flag("max-concurrent-streams", Uint, Implemented),
     flag("grpc-keepalive-min-time", Dur, PERF),
     flag("grpc-keepalive-interval", Dur, PERF),
     flag("grpc-keepalive-timeout", Dur, PERF),

@@ -78,7 +78,7 @@ use self::setting::{env_key, Origin, Setting};
 use self::values::{
     advertise_urls, check_initial_cluster, is_version, listen_urls, optional_listen_urls,
     parse_go_bool, parse_go_duration, parse_go_int, parse_initial_cluster, to_usize, uint_setting,
-    SYNTAX_ERROR,
+    RANGE_ERROR, SYNTAX_ERROR,
 };
 
 /// The etcd server version reported by `Maintenance.Status` unless `--etcd-version` says otherwise.
@@ -91,6 +91,10 @@ pub const DEFAULT_SNAPSHOT_COUNT: u64 = 10_000;
 pub const DEFAULT_WATCH_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_secs(10 * 60);
 /// etcd's lease checkpoint interval when the flag is not positive.
 pub const DEFAULT_LEASE_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5 * 60);
+/// `--gateway-body-timeout`'s default. etcd's HTTP server has no read timeout at all,
+/// so a body that never ends holds its request forever; a minute is ample for the
+/// largest body the gateway takes (about 4 MiB) over a slow link.
+pub const DEFAULT_GATEWAY_BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
 // etcd raises shorter progress intervals to this floor (v3rpc minWatchProgressInterval).
 const MIN_WATCH_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_millis(100);
@@ -146,6 +150,10 @@ pub struct Config {
     pub quota_backend_bytes_flag: i64,
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
+    /// `--max-concurrent-streams`: the HTTP/2 streams one client connection may have
+    /// open at once on the client port (`SETTINGS_MAX_CONCURRENT_STREAMS`); etcd's
+    /// default, `math.MaxUint32`, is no limit in practice.
+    pub max_concurrent_streams: u32,
     /// `--log-level`, `--log-format`, `--log-outputs` (and `--logger`, checked only).
     pub logs: LogSettings,
     /// Always positive: etcd's default for values <= 0 and its 100 ms floor already applied.
@@ -184,6 +192,9 @@ pub struct Config {
     pub listen_metrics_urls: Vec<Url>,
     /// `--enable-grpc-gateway`: the JSON gateway on the client URLs.
     pub enable_grpc_gateway: bool,
+    /// `--gateway-body-timeout` (QuantyKube only): how long the gateway waits for a
+    /// request's body (a streaming call's first message) before refusing it.
+    pub gateway_body_timeout: Duration,
     /// `--cors` and `--host-whitelist`: what etcd's access controller lets through to
     /// the HTTP endpoints of the client URLs.
     pub http_access: HttpAccess,
@@ -586,12 +597,28 @@ fn resolve(
     let max_request_bytes = to_usize(get("max-request-bytes"), max_request_bytes)?;
     let max_txn_ops = uint_setting(get("max-txn-ops"), 128)?;
     let max_txn_ops = to_usize(get("max-txn-ops"), max_txn_ops)?;
+    let max_concurrent_streams = match get("max-concurrent-streams") {
+        None => u32::MAX,
+        // etcd's `flags.Uint32Value`: `strconv.ParseUint(s, 0, 32)`.
+        Some(setting) => {
+            let value = uint_setting(Some(setting), u64::from(u32::MAX))?;
+            u32::try_from(value).map_err(|_| setting.invalid(RANGE_ERROR))?
+        }
+    };
 
     let watch_progress_notify_interval = watch_progress_interval(settings, warnings)?;
     let lease_checkpoint_interval = match get("experimental-lease-checkpoint-interval") {
         None => DEFAULT_LEASE_CHECKPOINT_INTERVAL,
         Some(setting) => match parse_go_duration(&setting.value).map_err(|r| setting.invalid(r))? {
             nanos if nanos <= 0 => DEFAULT_LEASE_CHECKPOINT_INTERVAL,
+            nanos => Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)),
+        },
+    };
+
+    let gateway_body_timeout = match get("gateway-body-timeout") {
+        None => DEFAULT_GATEWAY_BODY_TIMEOUT,
+        Some(setting) => match parse_go_duration(&setting.value).map_err(|r| setting.invalid(r))? {
+            nanos if nanos <= 0 => return Err(setting.invalid("must be positive")),
             nanos => Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)),
         },
     };
@@ -671,6 +698,7 @@ fn resolve(
         quota_backend_bytes_flag,
         max_request_bytes,
         max_txn_ops,
+        max_concurrent_streams,
         logs,
         watch_progress_notify_interval,
         lease_checkpoint_interval,
@@ -685,6 +713,7 @@ fn resolve(
         listen_client_http_urls,
         listen_metrics_urls,
         enable_grpc_gateway,
+        gateway_body_timeout,
         http_access,
         tls,
         auto_compaction,

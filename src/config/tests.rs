@@ -174,6 +174,24 @@ fn typed_flags_parse() {
     );
     assert_eq!(run(&["--snapshot-count=0"]).snapshot_count, 10_000);
     assert!(error(&["--max-txn-ops=-1"]).contains(r#"invalid value "-1" for flag --max-txn-ops"#));
+    // etcd's `flags.Uint32Value`: math.MaxUint32 by default, 32 bits at most.
+    assert_eq!(run(&[]).max_concurrent_streams, u32::MAX);
+    assert_eq!(
+        run(&["--max-concurrent-streams=3"]).max_concurrent_streams,
+        3
+    );
+    assert_eq!(
+        run(&["--max-concurrent-streams", "0x10"]).max_concurrent_streams,
+        16
+    );
+    assert_eq!(run(&[]).gateway_body_timeout, Duration::from_secs(60));
+    assert_eq!(
+        run(&["--gateway-body-timeout=1500ms"]).gateway_body_timeout,
+        Duration::from_millis(1500)
+    );
+    assert!(error(&["--gateway-body-timeout=0s"]).contains("must be positive"));
+    assert!(error(&["--max-concurrent-streams=4294967296"])
+        .contains(r#"invalid value "4294967296" for flag --max-concurrent-streams"#));
     assert!(error(&["--log-level=loud"]).contains("only supports debug"));
     assert!(error(&["--etcd-version=latest"]).contains("expected a version"));
 }

@@ -83,14 +83,25 @@ impl Servers {
         }
     }
 
-    /// Serves `routes` on `incoming` (gRPC, and HTTP/1.1 for the HTTP routes in it).
-    fn spawn<IO>(&mut self, routes: Routes, incoming: Incoming<IO>)
-    where
+    /// Serves `routes` on `incoming` (gRPC, and HTTP/1.1 for the HTTP routes in it),
+    /// with at most `max_concurrent_streams` HTTP/2 streams open on one connection
+    /// (`None`: no limit) and the client port's header limit.
+    fn spawn<IO>(
+        &mut self,
+        routes: Routes,
+        incoming: Incoming<IO>,
+        max_concurrent_streams: Option<u32>,
+    ) where
         IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
     {
         let stop = self.stopped_signal();
+        let mut builder = tonic::transport::Server::builder()
+            .http2_max_header_list_size(api::MAX_HEADER_LIST_BYTES);
+        if let Some(max) = max_concurrent_streams {
+            builder = builder.max_concurrent_streams(max);
+        }
         self.running.spawn(async move {
-            tonic::transport::Server::builder()
+            builder
                 .accept_http1(true)
                 .serve_with_incoming_shutdown(routes, incoming, stop)
                 .await
@@ -119,7 +130,7 @@ impl Servers {
                 .merge(http::router(member.node.clone(), Surface::Peer, None))
                 .fallback(http::fallback),
         );
-        self.spawn(routes, peers);
+        self.spawn(routes, peers, None);
         Ok(())
     }
 
@@ -131,7 +142,7 @@ impl Servers {
         let routes = Routes::from(
             http::router(node.clone(), Surface::Metrics, None).fallback(http::fallback),
         );
-        self.spawn(routes, metrics);
+        self.spawn(routes, metrics, None);
     }
 
     /// The client port: etcd's gRPC services and, unless `client_http` has its own
@@ -166,6 +177,7 @@ impl Servers {
             Arc::new(http::gateway::Gateway::new(
                 api::client_service(node.clone(), routes.clone()),
                 node.limits().max_request_bytes,
+                config.gateway_body_timeout,
             ))
         });
         let client_surface = http::ClientHttp {
@@ -189,7 +201,8 @@ impl Servers {
                     .fallback(http::fallback),
             );
         }
-        let server = api::client_server(node.clone(), http_on_clients);
+        let server =
+            api::client_server(node.clone(), http_on_clients, config.max_concurrent_streams);
         let stop = self.stopped_signal();
         self.running.spawn(async move {
             server
@@ -201,7 +214,8 @@ impl Servers {
                 http::router(node.clone(), Surface::Client, Some(client_surface))
                     .fallback(http::fallback),
             );
-            self.spawn(routes, client_http);
+            // etcd configures every client HTTP server with the flag, this one too.
+            self.spawn(routes, client_http, Some(config.max_concurrent_streams));
         }
     }
 

@@ -14,17 +14,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::harness::{Cluster, Target};
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const GOAWAY: u8 = 0x7;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const ACK: u8 = 0x1;
-const PROTOCOL_ERROR: u32 = 0x1;
+use crate::support::h2_frames::{
+    frame, literal, ACK, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PREFACE, PROTOCOL_ERROR,
+    RST_STREAM, SETTINGS,
+};
 
 /// What the server did with the one request of a connection.
 #[derive(Debug, PartialEq, Eq)]
@@ -35,26 +28,6 @@ enum Outcome {
     Reset(u32),
     /// GOAWAY with this error code before any answer.
     GoAway(u32),
-}
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(payload.len()).unwrap();
-    let mut out = len.to_be_bytes()[1..].to_vec();
-    out.extend([kind, flags]);
-    out.extend(stream.to_be_bytes());
-    out.extend(payload);
-    out
-}
-
-/// One HPACK "literal header field without indexing, new name" (RFC 7541 6.2.2),
-/// without Huffman coding.
-fn literal(block: &mut Vec<u8>, name: &str, value: &str) {
-    block.push(0x00);
-    for s in [name, value] {
-        assert!(s.len() < 127, "a one-byte HPACK length");
-        block.push(s.len() as u8);
-        block.extend(s.as_bytes());
-    }
 }
 
 /// Sends `Maintenance/Status` (an empty request) on a fresh connection with

@@ -35,6 +35,21 @@ const PAGE_BYTES: usize = 1 << 20;
 /// etcd's message for a client-chosen id already in use on the stream.
 const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
 
+/// Watchers one stream may hold at once. etcd has no limit; this one is far above
+/// what a client multiplexing all its watches on one stream (as etcd's clientv3 does
+/// for watches with the same context metadata; kube-apiserver holds one per resource
+/// type) uses, and bounds what each turn of the stream costs: a turn looks at every
+/// watcher (the one behind, each batch of changes), so that filling a stream to the
+/// limit costs in the order of the limit squared.
+pub const MAX_WATCHERS_PER_STREAM: usize = 10_000;
+
+/// Bytes of watched keys and range ends one stream may hold (each key may be as large
+/// as a request): with [`MAX_WATCHERS_PER_STREAM`], what bounds a stream's memory.
+pub const MAX_WATCHED_KEY_BYTES_PER_STREAM: usize = 64 << 20;
+
+/// The cancel reason of a create beyond either limit.
+pub const TOO_MANY_WATCHERS: &str = "quantykube: too many watchers on the WatchStream";
+
 /// The id etcd gives responses that belong to no one watcher.
 const NO_WATCHER: i64 = -1;
 
@@ -132,6 +147,8 @@ pub struct WatchStream {
     /// through it is synced, one with less is behind.
     position: i64,
     watchers: BTreeMap<i64, Watcher>,
+    /// What `watchers` hold of keys: [`Watcher::held_bytes`] summed.
+    held_bytes: usize,
     /// The next id the stream assigns; ids only count up.
     next_id: i64,
     /// A progress request waits for every watcher to be synced.
@@ -171,6 +188,7 @@ impl WatchStream {
             feed,
             position,
             watchers: BTreeMap::new(),
+            held_bytes: 0,
             next_id: 0,
             progress_requested: false,
             _counted: metrics::WatchStreamGauge::open(),
@@ -296,7 +314,19 @@ impl WatchStream {
         } else if self.watchers.contains_key(&create.watch_id) {
             return self.refuse(current, DUPLICATE_ID).await;
         }
+        if self.watchers.len() >= MAX_WATCHERS_PER_STREAM
+            || self.held_bytes.saturating_add(watcher.held_bytes())
+                > MAX_WATCHED_KEY_BYTES_PER_STREAM
+        {
+            tracing::debug!(
+                watchers = self.watchers.len(),
+                held_bytes = self.held_bytes,
+                "watch create refused: the stream holds too many watchers"
+            );
+            return self.refuse(current, TOO_MANY_WATCHERS).await;
+        }
         let id = watcher.id;
+        self.held_bytes += watcher.held_bytes();
         self.watchers.insert(id, watcher);
         metrics::watchers_changed(1);
         self.outbox
@@ -325,9 +355,10 @@ impl WatchStream {
 
     async fn cancel(&mut self, watch_id: i64) -> Result<(), Stop> {
         // etcd answers nothing for an id it does not know.
-        if self.watchers.remove(&watch_id).is_none() {
+        let Some(removed) = self.watchers.remove(&watch_id) else {
             return Ok(());
-        }
+        };
+        self.held_bytes = self.held_bytes.saturating_sub(removed.held_bytes());
         metrics::watchers_changed(-1);
         let current = self.outbox.node.store().current_revision()?;
         self.outbox
@@ -452,7 +483,8 @@ impl WatchStream {
             .map(|w| w.id)
             .collect();
         for watch_id in lost {
-            if self.watchers.remove(&watch_id).is_some() {
+            if let Some(removed) = self.watchers.remove(&watch_id) {
+                self.held_bytes = self.held_bytes.saturating_sub(removed.held_bytes());
                 metrics::watchers_changed(-1);
             }
             self.outbox

@@ -37,12 +37,14 @@ impl Watcher {
     pub fn new(id: i64, request: &WatchCreateRequest, through: i64) -> Result<Self, &'static str> {
         // etcd's normalisation: no key means the smallest key, "\0" as the range end
         // means every key from `key` on.
+        // Copied, not sliced: a slice would keep the whole request's buffer alive, and
+        // the stream's limit counts what a watcher holds.
         let key = if request.key.is_empty() {
             Bytes::from_static(&[0])
         } else {
-            request.key.clone()
+            Bytes::copy_from_slice(&request.key)
         };
-        let range_end = request.range_end.clone();
+        let range_end = Bytes::copy_from_slice(&request.range_end);
         if !range_end.is_empty() && range_end[..] != [0] && key >= range_end {
             return Err(EMPTY_RANGE);
         }
@@ -59,6 +61,11 @@ impl Watcher {
             through,
             idle: true,
         })
+    }
+
+    /// The bytes of keys this watcher holds, as the stream's limit counts them.
+    pub fn held_bytes(&self) -> usize {
+        self.key.len() + self.range_end.len()
     }
 
     /// How a read of history should serve this watcher for `key`.

@@ -24,9 +24,31 @@ const GO_OBJECT: &str = "map[string]json.RawMessage";
 /// ... and a repeated field.
 const GO_LIST: &str = "[]json.RawMessage";
 
+/// How deep messages may nest in one request: prost's recursion limit, which the gRPC
+/// service's own decoding enforces, so the gateway refuses what the service would.
+/// Without it a request nesting Txns thousands deep (each level a few bytes of JSON,
+/// well inside Go's 10000 levels of JSON) recurses until the member's stack overflows.
+pub const MAX_MESSAGE_DEPTH: usize = 100;
+
+/// The refusal of a request nested deeper than [`MAX_MESSAGE_DEPTH`]: Go protobuf's
+/// text for its own recursion limit.
+pub const TOO_DEEP: &str = "proto: exceeded maximum recursion depth";
+
 /// Decodes one JSON value (the raw text of a whole value, already valid JSON) into a
 /// message of type `desc`, as `jsonpb.Unmarshaler{AllowUnknownFields: true}` does.
 pub fn decode(text: &[u8], desc: &MessageDescriptor) -> Result<DynamicMessage, String> {
+    decode_nested(text, desc, 0)
+}
+
+/// [`decode`] of a message `depth` messages down from the request's.
+fn decode_nested(
+    text: &[u8],
+    desc: &MessageDescriptor,
+    depth: usize,
+) -> Result<DynamicMessage, String> {
+    if depth > MAX_MESSAGE_DEPTH {
+        return Err(TOO_DEEP.to_string());
+    }
     let mut message = DynamicMessage::new(desc.clone());
     if text.trim_ascii() == b"null" {
         return Ok(message);
@@ -52,7 +74,7 @@ pub fn decode(text: &[u8], desc: &MessageDescriptor) -> Result<DynamicMessage, S
         if raw.trim_ascii() == b"null" {
             continue;
         }
-        if let Some(value) = decode_field(raw, field)? {
+        if let Some(value) = decode_field(raw, field, depth)? {
             message.set_field(field, value);
         }
     }
@@ -93,7 +115,11 @@ fn split_member(member: &[u8]) -> (&[u8], &[u8]) {
     (member, b"")
 }
 
-fn decode_field(raw: &[u8], field: &FieldDescriptor) -> Result<Option<Value>, String> {
+fn decode_field(
+    raw: &[u8],
+    field: &FieldDescriptor,
+    depth: usize,
+) -> Result<Option<Value>, String> {
     let kind = field.kind();
     if field.is_list() {
         if kind_of(raw) != "array" {
@@ -101,7 +127,7 @@ fn decode_field(raw: &[u8], field: &FieldDescriptor) -> Result<Option<Value>, St
         }
         let mut values = Vec::new();
         for element in split_elements(&raw[1..raw.len() - 1]) {
-            if let Some(value) = decode_singular(element.trim_ascii(), &kind)? {
+            if let Some(value) = decode_singular(element.trim_ascii(), &kind, depth)? {
                 values.push(value);
             } else {
                 values.push(Value::default_value(&kind));
@@ -109,17 +135,18 @@ fn decode_field(raw: &[u8], field: &FieldDescriptor) -> Result<Option<Value>, St
         }
         return Ok(Some(Value::List(values)));
     }
-    decode_singular(raw, &kind)
+    decode_singular(raw, &kind, depth)
 }
 
-/// One value of a field's kind; `None` when the JSON leaves the field unset (`null`).
-fn decode_singular(raw: &[u8], kind: &Kind) -> Result<Option<Value>, String> {
+/// One value of a field's kind, in a message `depth` down; `None` when the JSON leaves
+/// the field unset (`null`).
+fn decode_singular(raw: &[u8], kind: &Kind, depth: usize) -> Result<Option<Value>, String> {
     let go_type = match kind {
         Kind::Message(desc) => {
             if raw == b"null" {
                 return Ok(Some(Value::Message(DynamicMessage::new(desc.clone()))));
             }
-            return decode(raw, desc).map(|m| Some(Value::Message(m)));
+            return decode_nested(raw, desc, depth + 1).map(|m| Some(Value::Message(m)));
         }
         Kind::Enum(desc) => {
             if raw.first() == Some(&b'"') {
@@ -370,6 +397,57 @@ mod tests {
         assert_eq!(
             String::from_utf8(encode(&member)).unwrap(),
             r#"{"name":"a\u003cb\u003e\u0026c\u0008\u2028\"\n"}"#
+        );
+    }
+
+    /// A Txn whose success branch holds a Txn, `levels` deep, around one Put.
+    fn nested_txn(levels: usize) -> String {
+        let inner = r#"{"success":[{"request_put":{"key":"aw==","value":"eA=="}}]}"#;
+        format!(
+            "{}{inner}{}",
+            r#"{"success":[{"request_txn":"#.repeat(levels),
+            "}]}".repeat(levels)
+        )
+    }
+
+    #[test]
+    fn messages_nest_as_deep_as_the_grpc_service_decodes_and_no_deeper() {
+        use prost::Message;
+        let txn = message("etcdserverpb.TxnRequest");
+        // Each level is a TxnRequest and a RequestOp: two messages.
+        let mut deepest = None;
+        for levels in 40..60 {
+            match decode(nested_txn(levels).as_bytes(), &txn) {
+                Ok(decoded) => {
+                    let bytes = decoded.encode_to_vec();
+                    crate::proto::etcdserverpb::TxnRequest::decode(bytes.as_slice())
+                        .unwrap_or_else(|e| panic!("{levels} levels: {e}"));
+                    deepest = Some(levels);
+                }
+                Err(text) => {
+                    assert_eq!(text, TOO_DEEP);
+                    break;
+                }
+            }
+        }
+        let deepest = deepest.unwrap();
+        assert!(deepest < 59, "the limit was not reached");
+        // One level more is what the service itself refuses.
+        let bytes = decode(nested_txn(deepest).as_bytes(), &txn)
+            .unwrap()
+            .encode_to_vec();
+        let mut deeper = crate::proto::etcdserverpb::TxnRequest::default();
+        deeper.success.push(crate::proto::etcdserverpb::RequestOp {
+            request: Some(crate::proto::etcdserverpb::request_op::Request::RequestTxn(
+                crate::proto::etcdserverpb::TxnRequest::decode(bytes.as_slice()).unwrap(),
+            )),
+        });
+        let deeper = deeper.encode_to_vec();
+        assert!(crate::proto::etcdserverpb::TxnRequest::decode(deeper.as_slice()).is_err());
+        // Thousands of levels are refused, not recursed through.
+        assert_eq!(
+            decode(nested_txn(3000).as_bytes(), &txn).unwrap_err(),
+            TOO_DEEP
         );
     }
 }

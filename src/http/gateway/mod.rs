@@ -17,6 +17,7 @@ pub mod routes;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, BodyDataStream};
 use axum::http::{Method, Request, Response, StatusCode};
@@ -55,6 +56,9 @@ pub struct Gateway {
     /// The most JSON one request message may take: enough for the largest request the
     /// member accepts, base64 and escapes included.
     max_message_bytes: usize,
+    /// `--gateway-body-timeout`: how long a request's body may take to arrive (a
+    /// stream's, its first message), from the request's headers.
+    body_timeout: Duration,
 }
 
 /// Messages a streaming body may have decoded ahead of the service taking them.
@@ -62,8 +66,13 @@ const QUEUED_REQUESTS: usize = 16;
 
 impl Gateway {
     /// The gateway in front of `service` (the client port's gRPC service, every layer
-    /// included), for requests up to `max_request_bytes` as the member takes them.
-    pub fn new(service: ClientService, max_request_bytes: usize) -> Gateway {
+    /// included), for requests up to `max_request_bytes` as the member takes them, whose
+    /// bodies arrive within `body_timeout`.
+    pub fn new(
+        service: ClientService,
+        max_request_bytes: usize,
+        body_timeout: Duration,
+    ) -> Gateway {
         let pool = crate::proto::descriptors();
         let routes = ROUTES
             .iter()
@@ -87,6 +96,7 @@ impl Gateway {
             channel: Channel::new(service),
             routes,
             max_message_bytes: max_request_bytes.saturating_mul(2).saturating_add(1 << 20),
+            body_timeout,
         }
     }
 }
@@ -124,15 +134,36 @@ async fn serve(gateway: Arc<Gateway>, skip: usize, request: Request<Body>) -> Re
     );
     let mut body = Body::new(request.into_body()).into_data_stream();
     let mut values = ValueStream::default();
-    let first = next_value(&mut body, &mut values, gateway.max_message_bytes).await;
+    // A body that never ends, or comes a byte at a time, holds its request only this
+    // long; the stream of a streaming call is as long-lived as its client wants.
+    let deadline = tokio::time::Instant::now() + gateway.body_timeout;
+    let first = tokio::time::timeout_at(
+        deadline,
+        next_value(&mut body, &mut values, gateway.max_message_bytes),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        tracing::debug!(
+            method = resolved.route.method,
+            timeout = ?gateway.body_timeout,
+            "gateway request body timed out"
+        );
+        Err(BodyError::TimedOut(gateway.body_timeout))
+    });
     match resolved.route.shape {
         Shape::Unary | Shape::ServerStream => {
-            // What follows the first value is ignored, but read (see `drain`).
-            super::drain_stream(&mut body, super::DRAIN_BYTES).await;
+            // What follows the first value is ignored, but read (see `drain`), until
+            // the deadline: the answer does not wait for a body that never ends.
+            let _ = tokio::time::timeout_at(
+                deadline,
+                super::drain_stream(&mut body, super::DRAIN_BYTES),
+            )
+            .await;
             let message = match first.and_then(|value| decode(value, &resolved.input)) {
                 Ok(message) => message,
                 Err(BodyError::Json(text)) => return response::bad_request(text),
                 Err(BodyError::TooLarge(status)) => return response::error(&status),
+                Err(BodyError::TimedOut(after)) => return response::bad_request(timed_out(after)),
             };
             if resolved.route.shape == Shape::Unary {
                 unary(&gateway, resolved, &context, message).await
@@ -149,15 +180,17 @@ async fn serve(gateway: Arc<Gateway>, skip: usize, request: Request<Body>) -> Re
         Shape::BidiStream => {
             // The stream's first message fails as grpc-gateway passes the decoder's
             // error on: not a gRPC status, so `Unknown`. An empty body sends nothing.
-            let first =
-                match first.map(|value| value.map(|text| jsonpb::decode(&text, &resolved.input))) {
-                    Ok(None) => None,
-                    Ok(Some(Ok(message))) => Some(message),
-                    Ok(Some(Err(text))) | Err(BodyError::Json(text)) => {
-                        return response::error(&Status::unknown(text))
-                    }
-                    Err(BodyError::TooLarge(status)) => return response::error(&status),
-                };
+            let first = match first
+                .map(|value| value.map(|text| jsonpb::decode(&text, &resolved.input)))
+            {
+                Ok(None) => None,
+                Ok(Some(Ok(message))) => Some(message),
+                Ok(Some(Err(text))) | Err(BodyError::Json(text)) => {
+                    return response::error(&Status::unknown(text))
+                }
+                Err(BodyError::TooLarge(status)) => return response::error(&status),
+                Err(BodyError::TimedOut(after)) => return response::bad_request(timed_out(after)),
+            };
             let (requests, queue) = mpsc::channel(QUEUED_REQUESTS);
             match first {
                 Some(first) => {
@@ -188,6 +221,15 @@ enum BodyError {
     /// Go's decoder error text.
     Json(String),
     TooLarge(Status),
+    /// The body (or its first message) had not arrived by `--gateway-body-timeout`.
+    TimedOut(Duration),
+}
+
+/// What a body that did not arrive in time is answered with: grpc-gateway answers a
+/// body it could not read with `InvalidArgument` and the read's error (for Go's read
+/// deadline, `i/o timeout`).
+fn timed_out(after: Duration) -> String {
+    format!("request body not received within {after:?}: i/o timeout")
 }
 
 /// The body's next JSON value; `None` when it ended with no more (an empty body is an
