@@ -15,6 +15,7 @@ mod admin_cli;
 mod admin_members;
 mod admin_snapshots;
 mod auth;
+mod auth_advisories;
 mod auth_cluster;
 mod auth_enforce;
 mod auth_secrets;
