@@ -41,6 +41,16 @@ pub fn request<T>(message: T, caller: &Caller) -> Request<T> {
     request
 }
 
+/// As [`request`], for a stream (a keepalive stream): marked and carrying the caller's
+/// token, but not bounded in time, as it lives as long as its client keeps it open.
+pub fn stream<T>(messages: T, caller: &Caller) -> Request<T> {
+    let mut request = caller.relayed(messages);
+    request
+        .metadata_mut()
+        .insert(RELAYED, tonic::metadata::MetadataValue::from_static("1"));
+    request
+}
+
 /// A channel to the leader, once one is known (within a few election timeouts).
 pub async fn to_leader(node: &Node) -> Result<Channel, NodeError> {
     node.wait_for_leader(node.election_timeout() * LEADER_WAIT_ELECTIONS)

@@ -14,6 +14,7 @@ use crate::node::Node;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
 use crate::proto::etcdserverpb::kv_server::Kv;
+use crate::proto::etcdserverpb::request_op::Request as Op;
 use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
     PutResponse, RangeRequest, RangeResponse, ResponseHeader, TxnRequest, TxnResponse,
@@ -77,6 +78,19 @@ impl KvService {
                 .map_err(|other| status::internal("apply", &format!("unexpected {other:?}"))),
             None => Err(status::internal("apply", &"empty outcome")),
         }
+    }
+
+    /// The keys already on the leases puts attach (`leases`, 0 for none), with auth on:
+    /// etcd's `checkLeasePuts` needs write permission over them, as attaching to a
+    /// lease whose keys the caller may not write would let it revoke them.
+    async fn lease_keys_of(&self, mut leases: Vec<i64>) -> Result<Vec<bytes::Bytes>, Status> {
+        leases.retain(|&lease| lease != 0);
+        if leases.is_empty() || !self.node.auth().enabled() {
+            return Ok(Vec::new());
+        }
+        leases.sort_unstable();
+        leases.dedup();
+        super::lease::keys_of_leases(&self.node, leases).await
     }
 
     /// What Range does for `caller`; also the reads the Lock and Election services make
@@ -148,14 +162,38 @@ impl KvService {
             authorized::confirm(&self.node, grant)?;
             response
         } else {
-            self.write(caller, CommandRequest::Txn(req), &[], |o| match o {
-                Outcome::Txn(r) => Ok(r),
-                other => Err(Box::new(other)),
-            })
+            // etcd's `checkPutAuth` for each of the transaction's puts (both branches,
+            // nested ones too): the leases they attach, as a plain Put's.
+            let lease_keys = self.lease_keys_of(leases_attached(&req)).await?;
+            self.write(
+                caller,
+                CommandRequest::Txn(req),
+                &[Action::WriteKeys(&lease_keys)],
+                |o| match o {
+                    Outcome::Txn(r) => Ok(r),
+                    other => Err(Box::new(other)),
+                },
+            )
             .await?
         };
         Ok(self.complete(response))
     }
+}
+
+/// The leases every put of `txn` attaches: both branches, nested transactions too.
+fn leases_attached(txn: &TxnRequest) -> Vec<i64> {
+    let mut leases = Vec::new();
+    let mut pending = vec![txn];
+    while let Some(txn) = pending.pop() {
+        for op in txn.success.iter().chain(&txn.failure) {
+            match &op.request {
+                Some(Op::RequestPut(put)) => leases.push(put.lease),
+                Some(Op::RequestTxn(nested)) => pending.push(nested),
+                _ => {}
+            }
+        }
+    }
+    leases
 }
 
 #[tonic::async_trait]
@@ -196,13 +234,7 @@ impl Kv for KvService {
         let caller = Caller::of(&request);
         let req = request.into_inner();
         validate::put(&req)?;
-        // etcd's checkLeasePuts: attaching to a lease whose keys the caller may not
-        // write would let it revoke them.
-        let lease_keys = match req.lease {
-            0 => Vec::new(),
-            _ if !self.node.auth().enabled() => Vec::new(),
-            lease => super::lease::attached_keys(&self.node, lease).await?,
-        };
+        let lease_keys = self.lease_keys_of(vec![req.lease]).await?;
         let response = self
             .write(
                 &caller,

@@ -1,6 +1,12 @@
 //! etcdserverpb.Lease: grants and revokes go through the log like any write;
 //! keepalives and TTL questions are answered by the leader's lessor, and a follower
-//! relays them to the leader's client URL.
+//! relays them to the leader's client URL, with the caller's token, so that the leader
+//! decides for the same caller.
+//!
+//! With auth on, every call needs a user (etcd's `requireAuthInfo`), and calls that
+//! touch a lease's keys need permission over them (etcd 3.6.9's `checkLeaseRenew`,
+//! `checkLeaseTimeToLive`, `checkLeaseLeases`, and `checkLeasePuts` for revokes):
+//! this module gathers the keys; `auth::authorize` decides.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -166,22 +172,59 @@ async fn keep_alive_on_leader(
 /// permission checks that cover them (etcd makes them as it applies; a member that
 /// lags would miss keys attached through another member).
 pub(crate) async fn attached_keys(node: &Node, lease: i64) -> Result<Vec<bytes::Bytes>, Status> {
-    node.read_barrier().await?;
-    node.store().lease_keys(lease).map_err(status::from_store)
+    keys_of_leases(node, [lease]).await
 }
 
-/// Serves one keepalive stream: each request answered by this member if it leads,
-/// else by the leader through one relayed stream, reopened after a leader change.
+/// The keys attached to any of `leases`, as of every write committed before the call
+/// (a transaction's puts may attach several).
+pub(crate) async fn keys_of_leases(
+    node: &Node,
+    leases: impl IntoIterator<Item = i64>,
+) -> Result<Vec<bytes::Bytes>, Status> {
+    node.read_barrier().await?;
+    keys_on(node, leases)
+}
+
+/// The keys attached to any of `leases` in this member's store as it is.
+fn keys_on(
+    node: &Node,
+    leases: impl IntoIterator<Item = i64>,
+) -> Result<Vec<bytes::Bytes>, Status> {
+    let mut keys = Vec::new();
+    for lease in leases {
+        keys.extend(node.store().lease_keys(lease).map_err(status::from_store)?);
+    }
+    Ok(keys)
+}
+
+/// etcd 3.6.9's `checkLeaseRenew`: with auth on, renewing a lease needs a user, and,
+/// unless root, write permission over every key on the lease (keeping them alive is
+/// as good as writing them). A lease that does not exist holds no keys: its keepalive
+/// answers TTL 0.
+async fn authorize_keep_alive(node: &Node, caller: &Caller, id: i64) -> Result<(), Status> {
+    if !node.auth().enabled() {
+        return Ok(());
+    }
+    let keys = attached_keys(node, id).await?;
+    authorized::check(node, caller, &[Action::LoggedIn, Action::WriteKeys(&keys)]).await?;
+    Ok(())
+}
+
+/// Serves one keepalive stream: each request authorised for `caller`, then answered by
+/// this member if it leads, else by the leader through one relayed stream, reopened
+/// after a leader change. A refusal ends the stream, as etcd's does.
 async fn serve_keep_alives(
     node: Arc<Node>,
     lessor: Arc<Lessor>,
+    caller: Caller,
     mut requests: Streaming<LeaseKeepAliveRequest>,
     out: mpsc::Sender<Result<LeaseKeepAliveResponse, Status>>,
 ) {
     let mut relay: Option<Relay> = None;
     while let Some(Ok(request)) = requests.next().await {
-        let answer =
-            match keep_alive_on_leader(&node, &lessor, request.id).await {
+        let answer = match authorize_keep_alive(&node, &caller, request.id).await {
+            Err(refusal) => Err(refusal),
+            Ok(()) => match keep_alive_on_leader(&node, &lessor, request.id).await {
                 // etcd fills the header at the current revision, as for any answer.
                 Ok(Some(ttl)) => node.current_header().map_err(Status::from).map(|header| {
                     LeaseKeepAliveResponse {
@@ -190,9 +233,10 @@ async fn serve_keep_alives(
                         ttl,
                     }
                 }),
-                Ok(None) => relay_keep_alive(&node, &mut relay, request).await,
+                Ok(None) => relay_keep_alive(&node, &caller, &mut relay, request).await,
                 Err(status) => Err(status),
-            };
+            },
+        };
         let failed = answer.is_err();
         if out.send(answer).await.is_err() || failed {
             return;
@@ -208,6 +252,7 @@ struct Relay {
 
 async fn relay_keep_alive(
     node: &Node,
+    caller: &Caller,
     relay: &mut Option<Relay>,
     request: LeaseKeepAliveRequest,
 ) -> Result<LeaseKeepAliveResponse, Status> {
@@ -217,7 +262,8 @@ async fn relay_keep_alive(
             let channel = crate::relay::to_leader(node).await?;
             let (requests, upstream) = mpsc::channel(QUEUED_ANSWERS);
             let answers = LeaseClient::new(channel)
-                .lease_keep_alive(ReceiverStream::new(upstream))
+                // The leader decides again, for the same caller.
+                .lease_keep_alive(crate::relay::stream(ReceiverStream::new(upstream), caller))
                 .await?
                 .into_inner();
             *relay = Some(Relay { requests, answers });
@@ -275,10 +321,12 @@ impl Lease for LeaseService {
         &self,
         request: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<KeepAliveStream>, Status> {
+        let caller = Caller::of(&request);
         let (out, answers) = mpsc::channel(QUEUED_ANSWERS);
         tokio::spawn(serve_keep_alives(
             self.node.clone(),
             self.lessor.clone(),
+            caller,
             request.into_inner(),
             out,
         ));
@@ -337,14 +385,28 @@ impl Lease for LeaseService {
 
     async fn lease_leases(
         &self,
-        _request: Request<LeaseLeasesRequest>,
+        request: Request<LeaseLeasesRequest>,
     ) -> Result<Response<LeaseLeasesResponse>, Status> {
+        let caller = Caller::of(&request);
+        let auth_enabled = self.node.auth().enabled();
+        if auth_enabled {
+            // The keys checked below include those attached through another member.
+            self.node.read_barrier().await?;
+        }
+        let listed = self.node.store().leases().map_err(status::from_store)?;
+        if auth_enabled {
+            // etcd 3.6.9's `checkLeaseLeases`: a user, and unless root, read permission
+            // over every key of every lease listed (the list tells what holds them).
+            let keys = keys_on(&self.node, listed.iter().map(|lease| lease.id))?;
+            authorized::check(
+                &self.node,
+                &caller,
+                &[Action::LoggedIn, Action::ReadKeys(&keys)],
+            )
+            .await?;
+        }
         let revision = self.current_revision()?;
-        let leases = self
-            .node
-            .store()
-            .leases()
-            .map_err(status::from_store)?
+        let leases = listed
             .into_iter()
             .map(|lease| LeaseStatus { id: lease.id })
             .collect();

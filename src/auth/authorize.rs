@@ -89,9 +89,12 @@ pub enum Action<'a> {
     },
     /// Every compare and every operation of both branches, nested ones too.
     Txn(&'a TxnRequest),
-    /// Write every key attached to a lease (LeaseRevoke, a put that attaches to it).
+    /// Write every key attached to a lease: LeaseRevoke, LeaseKeepAlive, a put (plain
+    /// or in a transaction) that attaches to it (etcd's `checkLeasePuts` and
+    /// `checkLeaseRenew`). Root may, whatever the keys.
     WriteKeys(&'a [bytes::Bytes]),
-    /// Read every key attached to a lease (LeaseTimeToLive with keys).
+    /// Read every key attached to a lease: LeaseTimeToLive with keys, and every key of
+    /// every lease for LeaseLeases (etcd's `checkLeaseTimeToLive`, `checkLeaseLeases`).
     ReadKeys(&'a [bytes::Bytes]),
     /// Root only: auth and member administration, alarms, maintenance.
     Admin,
@@ -102,9 +105,10 @@ pub enum Action<'a> {
     /// What etcd lets anyone do (Authenticate...): no identity needed, but a token that
     /// is sent must be valid.
     Authenticated,
-    /// etcd 3.7's `requireAuthInfo` (Status, Alarm GET, MemberList, LeaseGrant,
-    /// LeaseRevoke, LeaseTimeToLive): any user, but a user; with auth on, a request
-    /// with neither a token nor a certificate's name is refused.
+    /// etcd's `requireAuthInfo` (3.6.9, 3.5.28, 3.4.42; Status, Alarm GET and
+    /// MemberList since etcd pull request 21538): any user, but a user; with auth on, a
+    /// request with neither a token nor a certificate's name is refused. Every Lease
+    /// call needs it, keepalives and LeaseLeases included.
     LoggedIn,
 }
 

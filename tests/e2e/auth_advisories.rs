@@ -468,13 +468,16 @@ async fn advisory_attaching_a_lease_needs_write_over_its_keys_in_plain_and_txn_p
     assert_eq!(value(&mut root, "t/r").await.as_deref(), Some("r"));
 }
 
-/// One keepalive of `id` on a new stream: its TTL, or the stream's refusal.
+/// Keepalives of `id` on a new stream: the TTL the second one answers, or the stream's
+/// refusal. (etcd-client sends the first and takes its answer itself, refusing a TTL of
+/// 0: every lease kept alive here exists.)
 async fn keep_alive_once(client: &mut Client, id: i64) -> Result<i64, tonic::Status> {
     let status = |e: etcd_client::Error| match e {
         etcd_client::Error::GRpcStatus(status) => status,
         other => panic!("keepalive of {id:x}: not a gRPC status: {other:?}"),
     };
-    let (_keeper, mut answers) = client.lease_keep_alive(id).await.map_err(status)?;
+    let (mut keeper, mut answers) = client.lease_keep_alive(id).await.map_err(status)?;
+    keeper.keep_alive().await.map_err(status)?;
     let answer = tokio::time::timeout(RPC_TIMEOUT, answers.message())
         .await
         .unwrap_or_else(|_| panic!("keepalive of {id:x}: no answer"))
