@@ -537,7 +537,7 @@ async fn auth_leases() {
             Target::Etcd => assert_eq!(ok(leases, "leases").leases.len(), 3),
             // etcd 3.6.9's checkLeaseLeases (GHSA-q8m4-xhhv-38mg), as QuantyKube: a
             // user, with read permission over every key of every lease (root's holds
-            // k3). tests/e2e/auth_advisories.rs has the rest.
+            // k3). tests/e2e/auth_advisories_calls.rs has the rest.
             Target::Quantykube if who == "lu" => assert_denied(leases, "lu's lease list"),
             Target::Quantykube => assert_status(
                 leases,

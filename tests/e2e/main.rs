@@ -16,6 +16,7 @@ mod admin_members;
 mod admin_snapshots;
 mod auth;
 mod auth_advisories;
+mod auth_advisories_calls;
 mod auth_cluster;
 mod auth_enforce;
 mod auth_secrets;
