@@ -250,6 +250,17 @@ struct Relay {
     answers: Streaming<LeaseKeepAliveResponse>,
 }
 
+/// The codes of `auth::authorize`'s refusals (`status::from_auth`).
+fn is_auth_refusal(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::PermissionDenied
+            | tonic::Code::Unauthenticated
+            | tonic::Code::InvalidArgument
+            | tonic::Code::FailedPrecondition
+    )
+}
+
 async fn relay_keep_alive(
     node: &Node,
     caller: &Caller,
@@ -272,8 +283,11 @@ async fn relay_keep_alive(
             continue;
         };
         if open.requests.send(request).await.is_ok() {
-            if let Ok(Some(answer)) = open.answers.message().await {
-                return Ok(answer);
+            match open.answers.message().await {
+                Ok(Some(answer)) => return Ok(answer),
+                // The leader refused this caller: that is the answer, not a lost leader.
+                Err(refusal) if is_auth_refusal(&refusal) => return Err(refusal),
+                _ => {}
             }
         }
         *relay = None;
