@@ -423,6 +423,25 @@ fn jwt() {
         .expect("openssl")
         .stdout;
     write("jwt_keys", "rsa_pub.pem", &with_selector(1, &rsa_public));
+    // The same keys as bare DER, which the target wraps in a PEM block of the label
+    // that bits 4-6 of the selector pick (1 PRIVATE KEY, 2 EC PRIVATE KEY, 4 PUBLIC KEY).
+    let der = |pem: &[u8]| {
+        use base64::Engine as _;
+        let text = String::from_utf8_lossy(pem);
+        let body: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
+        base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .expect("PEM body")
+    };
+    for (selector, name, pem) in [
+        (0x10u8, "rsa.der", read("rsa.pem")),
+        (0x14, "p256.der", read("p256.pem")),
+        (0x28, "p521-sec1.der", read("p521.pem")),
+        (0x1a, "ed25519.der", read("ed25519.pem")),
+        (0x41, "rsa_pub.der", rsa_public.clone()),
+    ] {
+        write("jwt_keys", name, &with_selector(selector, &der(&pem)));
+    }
 }
 
 fn main() {

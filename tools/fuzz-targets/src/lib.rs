@@ -187,6 +187,45 @@ fn file_of(data: &[u8]) -> Option<std::fs::File> {
 /// etcd's snapshot file (a bbolt database): every bucket, entry and depth read, then
 /// `snapshot status`, and each record of etcd's schema decoded as the import does.
 pub fn bbolt_file(data: &[u8]) {
+    read_bbolt(data);
+    // Again with the meta pages' checksums made right after the mutation: the reader
+    // refuses a meta whose checksum is wrong, which almost every mutation of a meta
+    // makes it, so without this the pages behind the metas would be reached rarely.
+    read_bbolt(&with_meta_checksums(data));
+}
+
+/// bbolt's meta pages (pages 0 and 1): a page header, then `magic, version, pageSize,
+/// flags, root, sequence, freelist, pgid, txid` (56 bytes) and their FNV-1a 64.
+const PAGE_HEADER: usize = 16;
+const META_CHECKSUMMED: usize = 56;
+
+/// `data` with the checksum of each meta page set to what its bytes give.
+pub fn with_meta_checksums(data: &[u8]) -> Vec<u8> {
+    use std::hash::Hasher as _;
+    let mut out = data.to_vec();
+    let page_size = out
+        .get(PAGE_HEADER + 8..PAGE_HEADER + 12)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_le_bytes)
+        .map(|size| size as usize)
+        .filter(|size| size.is_power_of_two() && (1024..=65536).contains(size))
+        .unwrap_or(4096);
+    for page in [0, page_size] {
+        let meta = page + PAGE_HEADER;
+        let Some(bytes) = out.get(meta..meta + META_CHECKSUMMED) else {
+            continue;
+        };
+        let mut hash = fnv::FnvHasher::default();
+        hash.write(bytes);
+        let sum = hash.finish().to_le_bytes();
+        if let Some(slot) = out.get_mut(meta + META_CHECKSUMMED..meta + META_CHECKSUMMED + 8) {
+            slot.copy_from_slice(&sum);
+        }
+    }
+    out
+}
+
+fn read_bbolt(data: &[u8]) {
     use quantykube::backup::schema;
     let Some(file) = file_of(data) else {
         return;
@@ -218,6 +257,9 @@ pub fn bbolt_file(data: &[u8]) {
 
 /// `snapshot restore`'s import of an etcd snapshot file into a new, empty store.
 pub fn snapshot_import(data: &[u8]) {
+    // The meta checksums made right, as in `bbolt_file`: a file the reader refuses
+    // would never reach the import.
+    let data = &with_meta_checksums(data);
     let Some(file) = file_of(data) else {
         return;
     };
@@ -326,9 +368,38 @@ pub fn jwt_token(data: &[u8]) {
     }
 }
 
-/// A key file of `--auth-token jwt,priv-key=...,pub-key=...` (the first byte picks the
-/// sign method and whether the file is the private or the public key).
+/// PEM labels of the key files golang-jwt reads, for `jwt_keys`' DER inputs.
+const KEY_LABELS: [&str; 6] = [
+    "PRIVATE KEY",
+    "EC PRIVATE KEY",
+    "RSA PRIVATE KEY",
+    "PUBLIC KEY",
+    "RSA PUBLIC KEY",
+    "CERTIFICATE",
+];
+
+/// A key file of `--auth-token jwt,priv-key=...,pub-key=...`. The first byte picks
+/// whether it is the public key (bit 0), the sign method (bits 1-3) and the file: the
+/// rest as it is (bits 4-6 zero), or the rest as DER inside a PEM block of the label
+/// they pick, so that mutations reach the DER decoders without breaking the base64.
 pub fn jwt_keys(data: &[u8]) {
+    let (selector, rest) = split(data);
+    let wrap = usize::from(selector >> 4 & 7);
+    let file = match wrap.checked_sub(1).and_then(|i| KEY_LABELS.get(i)) {
+        Some(label) => pem(label, rest),
+        None => rest.to_vec(),
+    };
+    key_file(selector & 0x0f, file);
+}
+
+/// `der` in a PEM block labelled `label`.
+pub fn pem(label: &str, der: &[u8]) -> Vec<u8> {
+    use base64::Engine as _;
+    let body = base64::engine::general_purpose::STANDARD.encode(der);
+    format!("-----BEGIN {label}-----\n{body}\n-----END {label}-----\n").into_bytes()
+}
+
+fn key_file(selector: u8, file: Vec<u8>) {
     use quantykube::config::token_options::SignMethod;
     const METHODS: [SignMethod; 6] = [
         SignMethod::RS256,
@@ -338,9 +409,8 @@ pub fn jwt_keys(data: &[u8]) {
         SignMethod::ES512,
         SignMethod::EdDSA,
     ];
-    let (selector, file) = split(data);
     let method = METHODS[usize::from(selector >> 1) % METHODS.len()];
-    let file = Some(file.to_vec());
+    let file = Some(file);
     let ttl = Duration::from_secs(300);
     let _ = if selector & 1 == 0 {
         quantykube::auth::jwt::JwtTokens::from_key_bytes(method, ttl, file, None)
@@ -399,5 +469,50 @@ pub fn admin_request(data: &[u8]) {
                 assert_eq!(again.ok().flatten().as_deref(), Some(token.as_ref()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fuzz_file(path: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fuzz")
+            .join(path);
+        std::fs::read(path).expect("fuzz file")
+    }
+
+    /// The checksum fix-up knows bbolt's layout: a file etcd wrote is left as it was,
+    /// and a file whose metas were changed is refused until it is applied.
+    #[test]
+    fn meta_checksums_are_bbolts() {
+        let file = fuzz_file("corpus/bbolt_file/etcd-3.4.snap");
+        assert_eq!(with_meta_checksums(&file), file);
+        let mut changed = file.clone();
+        changed[PAGE_HEADER + 48] ^= 1; // the first meta's txid
+        changed[4096 + PAGE_HEADER + 48] ^= 1;
+        let opens = |bytes: &[u8]| {
+            let file = file_of(bytes).expect("temp file");
+            quantykube_bbolt::Database::open(file, bytes.len() as u64).is_ok()
+        };
+        assert!(!opens(&changed));
+        assert!(opens(&with_meta_checksums(&changed)));
+    }
+
+    /// A key's DER inside `pem` reads as the key file itself does.
+    #[test]
+    fn pem_wraps_der_as_key_files_have_it() {
+        use quantykube::auth::jwt::JwtTokens;
+        use quantykube::config::token_options::SignMethod;
+        let text = String::from_utf8(fuzz_file("keys/p256.pem")).expect("PEM text");
+        let body: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
+        use base64::Engine as _;
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .expect("base64");
+        let ttl = Duration::from_secs(60);
+        let wrapped = pem("PRIVATE KEY", &der);
+        assert!(JwtTokens::from_key_bytes(SignMethod::ES256, ttl, Some(wrapped), None).is_ok());
     }
 }
