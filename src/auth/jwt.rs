@@ -215,7 +215,16 @@ impl JwtTokens {
                 URL_SAFE_NO_PAD.encode(signature.to_bytes())
             }
         };
-        Ok(format!("{message}.{signature}"))
+        let token = format!("{message}.{signature}");
+        // A token `verify` would refuse for its length is no token to hand out (a user
+        // name of thousands of characters Go escapes, such as `<`, makes one).
+        if token.len() > MAX_TOKEN_LEN {
+            return Err(JwtError::Sign(format!(
+                "the token would be {} bytes, over the {MAX_TOKEN_LEN} a member verifies",
+                token.len()
+            )));
+        }
+        Ok(token)
     }
 
     /// etcd's `info`: the username and auth revision a valid token carries. None for

@@ -699,3 +699,29 @@ fn broken_der_in_key_files_is_refused() {
     let encrypted = std::fs::read(keys.path("encrypted.pem")).expect("key");
     refused(SignMethod::ES256, Some(encrypted), None);
 }
+
+/// Found by the `jwt_token` fuzz target: a user name of 1 989 `<` (each escaped by Go
+/// as `\u003c`) signed into a token over `MAX_TOKEN_LEN`, which `verify` then refused,
+/// so the user authenticated and every request failed. Signing refuses it instead, and
+/// whatever signs verifies.
+#[test]
+fn a_token_too_long_to_verify_is_never_signed() {
+    let keys = Keys::new();
+    std::fs::write(keys.path("hmac.key"), "a shared secret of some length").expect("key");
+    let tokens = keys.tokens("HS256", Some("hmac.key"), None);
+    let now = at(NOW);
+    for count in [1, 100, 1_000, 1_989, 3_000] {
+        let name = "<".repeat(count);
+        match tokens.sign(&name, 1, now) {
+            Ok(token) => assert_eq!(
+                tokens.verify(&token, now),
+                Some((name.clone(), 1)),
+                "{count}"
+            ),
+            Err(error) => {
+                assert!(count >= 1_989, "{count}: {error}");
+                assert!(matches!(error, JwtError::Sign(_)), "{error}");
+            }
+        }
+    }
+}
