@@ -35,6 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 // The raft log's envelope: internal, so outside proto/quantykube/,
                 // whose files are the API of our own that the style lint checks.
                 "proto/internal/command.proto",
+                "proto/internal/peer_lease.proto",
                 "proto/quantykube/admin/v1/admin.proto",
             ],
             &["proto/etcd", "proto", &well_known],

@@ -5,7 +5,8 @@
 # over-allocation). New inputs go to fuzz/work/<target>/ (not committed), findings to
 # fuzz/artifacts/<target>/; a finding, once fixed, is copied to
 # fuzz/regressions/<target>/, where `make test` replays it. Prints one line per target:
-# executions, coverage (libFuzzer's cov and ft), corpus size and findings.
+# wall and CPU seconds, executions, coverage (libFuzzer's cov and ft), corpus size and
+# findings.
 set -uo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-60}
@@ -29,15 +30,18 @@ for target in "${targets[@]}"; do
   log="work/$target.log"
   # -rss_limit_mb: an input that makes a target hold 2 GiB is a finding;
   # -timeout: one input running 10 s is a hang; -max_len: snapshot files need room.
-  "$bin_dir/$target" "work/$target" "corpus/$target" \
+  # CPU seconds as well as wall seconds: on a shared machine the two differ.
+  TIMEFORMAT='%U %S'
+  { time "$bin_dir/$target" "work/$target" "corpus/$target" \
     -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
-    -artifact_prefix="artifacts/$target/" -print_final_stats=1 >"$log" 2>&1
+    -artifact_prefix="artifacts/$target/" -print_final_stats=1 >"$log" 2>&1; } 2>"$log.cpu"
   rc=$?
+  cpu=$(awk '{printf "%d", $1 + $2}' "$log.cpu")
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
   cov=$(grep -E '^#[0-9]+' "$log" | tail -1 | grep -o 'cov: [0-9]* ft: [0-9]*')
   corpus=$(ls "work/$target" | wc -l)
   findings=$(ls "artifacts/$target" | wc -l)
-  echo "$target: ${seconds}s, ${execs:-?} executions, ${cov:-no coverage line}, corpus $corpus, findings $findings (exit $rc)"
+  echo "$target: ${seconds}s (${cpu:-?} CPU s), ${execs:-?} executions, ${cov:-no coverage line}, corpus $corpus, findings $findings (exit $rc)"
   if [ "$rc" -ne 0 ] || [ "$findings" -ne 0 ]; then status=1; fi
 done
 exit $status

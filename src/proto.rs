@@ -35,6 +35,12 @@ pub mod quantykube {
             tonic::include_proto!("quantykube.command.v1");
         }
     }
+    /// The lease calls a member relays to the leader over the peer port.
+    pub mod peer {
+        pub mod v1 {
+            tonic::include_proto!("quantykube.peer.v1");
+        }
+    }
 }
 
 /// QuantyKube's admin API (src/admin), the one API of our own.
@@ -49,6 +55,7 @@ pub mod admin {
 
 pub use self::admin::v1 as admin_v1;
 pub use self::quantykube::command::v1 as command;
+pub use self::quantykube::peer::v1 as peer;
 
 /// The descriptors of every message and service above, as protoc wrote them at build
 /// time (the JSON gateway reads and writes messages through them).

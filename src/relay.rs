@@ -1,10 +1,16 @@
-//! The one way a client's request is relayed to another member (the leader, or the
-//! member holding a file) over that member's client URL: wait for a leader to be known,
-//! dial, and send the request marked as relayed, with the caller's token and a timeout.
+//! The ways a client's request is relayed to another member (the leader, or the member
+//! holding a file):
+//! - over that member's client URL: wait for a leader to be known, dial, and send the
+//!   request marked as relayed, with the caller's token and a timeout. The member that
+//!   receives it decides for the same caller (the token) and never relays it again (the
+//!   mark);
+//! - over the leader's peer URL ([`to_leader_peer`]), for the lease calls this member
+//!   authorizes itself before relaying (as etcd's peer `/leases`): a caller known only by
+//!   its certificate has no token to pass on, and the peer port is trusted as raft's
+//!   messages are.
 //!
-//! The member that receives it decides for the same caller (the token) and never relays
-//! it again (the mark). This module owns the mark; it never decides whether a request
-//! should be relayed (each service does) nor interprets the answer.
+//! This module owns the mark; it never decides whether a request should be relayed
+//! (each service does) nor interprets the answer.
 
 use std::time::Duration;
 
@@ -41,21 +47,19 @@ pub fn request<T>(message: T, caller: &Caller) -> Request<T> {
     request
 }
 
-/// As [`request`], for a stream (a keepalive stream): marked and carrying the caller's
-/// token, but not bounded in time, as it lives as long as its client keeps it open.
-pub fn stream<T>(messages: T, caller: &Caller) -> Request<T> {
-    let mut request = caller.relayed(messages);
-    request
-        .metadata_mut()
-        .insert(RELAYED, tonic::metadata::MetadataValue::from_static("1"));
-    request
-}
-
 /// A channel to the leader, once one is known (within a few election timeouts).
 pub async fn to_leader(node: &Node) -> Result<Channel, NodeError> {
     node.wait_for_leader(node.election_timeout() * LEADER_WAIT_ELECTIONS)
         .await;
     node.leader_channel().await
+}
+
+/// A connection to the leader's peer URL, once a leader is known (within a few election
+/// timeouts), for a call this member has authorized for its caller: the leader does not
+/// decide again.
+pub async fn to_leader_peer(node: &Node) -> Result<quantykube_raft::StampedChannel, NodeError> {
+    node.leader_peer_channel(node.election_timeout() * LEADER_WAIT_ELECTIONS)
+        .await
 }
 
 /// A channel to `member`'s client URL.

@@ -56,6 +56,7 @@ mod tree;
 mod write;
 
 pub use error::{Location, MetaProblem, ReadError, ShownBytes, WriteError};
+pub use meta::reseal_meta_checksums;
 pub use page::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
 pub use read::{Bucket, Database, Entries, MAX_DEPTH};
 pub use write::{plan, write_database, Plan, Source, SourceEntries, WriteSummary};

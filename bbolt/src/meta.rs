@@ -115,6 +115,29 @@ impl Meta {
     }
 }
 
+/// `file` with the checksum of each of its two meta pages set to what the meta's bytes
+/// give, whatever they say; bytes that are not there are left alone. For fuzzers and
+/// tests that change a meta's fields and want the reader to look past the checksum. The
+/// second meta is found at the page size the first one names (4 KiB if it names none
+/// the reader accepts).
+pub fn reseal_meta_checksums(file: &mut [u8]) {
+    let page_size = file
+        .get(PAGE_HEADER_SIZE + 8..PAGE_HEADER_SIZE + 12)
+        .map(|size| u32_at(size, 0) as usize)
+        .filter(|size| valid_page_size(*size))
+        .unwrap_or(4096);
+    for page in [0, page_size] {
+        let meta = page + PAGE_HEADER_SIZE;
+        let Some(bytes) = file.get(meta..meta + CHECKSUMMED) else {
+            continue;
+        };
+        let sum = checksum(bytes).to_le_bytes();
+        if let Some(slot) = file.get_mut(meta + CHECKSUMMED..meta + META_SIZE) {
+            slot.copy_from_slice(&sum);
+        }
+    }
+}
+
 /// db.meta(): the valid meta with the higher txid, else the other one if valid. On equal
 /// txids bbolt keeps meta 0.
 pub(crate) fn choose(

@@ -102,7 +102,7 @@ type Ascii = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;
 /// Stamps the sender's cluster id and member id, and the target's member id, on each
 /// request of a channel.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct ClusterStamp {
+pub struct ClusterStamp {
     sender: Option<(Ascii, Ascii)>,
     target: Option<Ascii>,
 }
@@ -137,6 +137,10 @@ impl tonic::service::Interceptor for ClusterStamp {
         Ok(request)
     }
 }
+
+/// A channel to a peer that stamps this node's cluster and member ids, and the
+/// target's, on every request.
+pub type StampedChannel = InterceptedService<Channel, ClusterStamp>;
 
 /// A peer client over a pooled channel, stamping this node's cluster id.
 pub(crate) type PeerRpc = PeerClient<InterceptedService<Channel, ClusterStamp>>;
@@ -242,40 +246,9 @@ impl PeerChannels {
             return Ok(hit);
         }
 
-        let options = &self.inner.options;
-        let endpoint = Endpoint::from_shared(url.clone())
-            .map_err(|source| DialError::InvalidUrl {
-                target,
-                url: url.clone(),
-                source,
-            })?
-            .connect_timeout(options.connect_timeout)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(options.keepalive_interval)
-            .keep_alive_timeout(options.keepalive_timeout)
-            .keep_alive_while_idle(true);
         // Two callers may dial at once; the later insert wins and the other channel is
         // dropped with its connection. Rare and harmless, and no lock is held across I/O.
-        let channel =
-            match tokio::time::timeout(options.connect_timeout, self.inner.dialer.dial(endpoint))
-                .await
-            {
-                Err(_) => {
-                    return Err(DialError::Timeout {
-                        target,
-                        url,
-                        timeout: options.connect_timeout,
-                    });
-                }
-                Ok(Err(source)) => {
-                    return Err(DialError::Connect {
-                        target,
-                        url,
-                        source,
-                    })
-                }
-                Ok(Ok(channel)) => channel,
-            };
+        let channel = self.dial(target, url.clone()).await?;
         let pooled = PooledChannel {
             channel,
             generation: self.inner.next_generation.fetch_add(1, Ordering::Relaxed),
@@ -290,6 +263,58 @@ impl PeerChannels {
             },
         );
         Ok(pooled)
+    }
+
+    /// A new connection to `target`'s peer URL, for a service the server crate serves on
+    /// the peer port (the lease calls a member relays to its leader, after authorizing
+    /// their caller itself: etcd's peer `/leases`). Stamped as every peer request is, so
+    /// that a member of another cluster, or one removed, is refused. Not pooled: the
+    /// caller keeps it as long as it needs it, and drops it after a failure.
+    pub async fn dial_stamped(
+        &self,
+        target: NodeId,
+        member: &Member,
+    ) -> Result<StampedChannel, DialError> {
+        let url = member
+            .peer_urls
+            .first()
+            .ok_or(DialError::NoPeerUrl { target })?
+            .clone();
+        let channel = self.dial(target, url).await?;
+        Ok(InterceptedService::new(
+            channel,
+            self.inner.stamp.for_target(target),
+        ))
+    }
+
+    /// Dials `url`, `target`'s peer URL, within the connect timeout.
+    async fn dial(&self, target: NodeId, url: String) -> Result<Channel, DialError> {
+        let options = &self.inner.options;
+        let endpoint = Endpoint::from_shared(url.clone())
+            .map_err(|source| DialError::InvalidUrl {
+                target,
+                url: url.clone(),
+                source,
+            })?
+            .connect_timeout(options.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(options.keepalive_interval)
+            .keep_alive_timeout(options.keepalive_timeout)
+            .keep_alive_while_idle(true);
+        match tokio::time::timeout(options.connect_timeout, self.inner.dialer.dial(endpoint)).await
+        {
+            Err(_) => Err(DialError::Timeout {
+                target,
+                url,
+                timeout: options.connect_timeout,
+            }),
+            Ok(Err(source)) => Err(DialError::Connect {
+                target,
+                url,
+                source,
+            }),
+            Ok(Ok(channel)) => Ok(channel),
+        }
     }
 
     /// Drops the cached channel if it is still `broken`, so that the next request dials

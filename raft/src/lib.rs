@@ -40,8 +40,8 @@ pub mod runtime;
 pub mod types;
 
 pub use channels::{
-    DialError, DialOptions, Lane, PeerChannels, CLUSTER_ID_METADATA, MAX_PEER_MESSAGE_BYTES,
-    MEMBER_ID_METADATA, TARGET_ID_METADATA,
+    ClusterStamp, DialError, DialOptions, Lane, PeerChannels, StampedChannel, CLUSTER_ID_METADATA,
+    MAX_PEER_MESSAGE_BYTES, MEMBER_ID_METADATA, TARGET_ID_METADATA,
 };
 pub use client::{RaftClient, RaftClientOptions, ReadError, WriteError};
 pub use config::{raft_config, RaftConfigError};
@@ -55,6 +55,6 @@ pub use join::{
 pub use log_db::open_log_database;
 pub use log_store::{LogStore, LOG_COLUMN_FAMILIES};
 pub use network::{PeerConnection, PeerNetworkFactory};
-pub use peer_server::PeerService;
+pub use peer_server::{admit_member_request, PeerService};
 pub use runtime::{with_seed, RaftRuntime};
 pub use types::*;

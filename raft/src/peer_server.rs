@@ -342,40 +342,12 @@ impl<SM> PeerService<SM>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
 {
-    /// A request stamped with another cluster's id, or meant for another member, is
-    /// refused before raft sees it: a member pointed at the wrong peers never disturbs
-    /// this cluster, and a process never takes in raft messages meant for the member
-    /// whose peer URL it now has (a replacement that took a removed member's id from a
-    /// peer that had not yet applied the removal would otherwise be replicated to as
-    /// the new member, and apply its own removal).
     fn same_cluster<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        let metadata = request.metadata();
-        refuse_unless_matches(
-            metadata.get(CLUSTER_ID_METADATA),
-            self.guard.cluster_id(),
-            CLUSTER_ID_MISMATCH,
-            "remote",
-        )?;
-        refuse_unless_matches(
-            metadata.get(TARGET_ID_METADATA),
-            self.guard.local_id(),
-            MEMBER_ID_MISMATCH,
-            "requested",
-        )
+        same_cluster(&self.guard, request)
     }
 
-    /// A removed member that has not learned of its removal may still forward its
-    /// clients' writes and ask for read indexes: it must not acknowledge a write or
-    /// serve a linearizable read after its removal, so the leader refuses it.
     fn refuse_removed_sender<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        #[cfg(feature = "planted-bugs")]
-        if crate::planted::is_planted(crate::planted::RaftBug::LeaderServesRemovedSenders) {
-            return Ok(());
-        }
-        match sender_id(request) {
-            Some(id) => self.refuse_removed(id),
-            None => Ok(()),
-        }
+        refuse_removed_sender(&self.guard, request)
     }
 
     /// A member the cluster removed may still campaign (it may never have applied its
@@ -385,6 +357,51 @@ where
             return Err(Status::failed_precondition(MEMBER_REMOVED));
         }
         Ok(())
+    }
+}
+
+/// Whether a member's request to this member is admitted: it comes from this cluster,
+/// is meant for this member, and its sender was not removed. What the peer service
+/// checks before a forwarded write or read index; the server crate's own services on the
+/// peer port (the lease calls a member relays) check the same.
+pub fn admit_member_request<T>(guard: &ClusterGuard, request: &Request<T>) -> Result<(), Status> {
+    same_cluster(guard, request)?;
+    refuse_removed_sender(guard, request)
+}
+
+/// A request stamped with another cluster's id, or meant for another member, is
+/// refused before raft sees it: a member pointed at the wrong peers never disturbs
+/// this cluster, and a process never takes in raft messages meant for the member
+/// whose peer URL it now has (a replacement that took a removed member's id from a
+/// peer that had not yet applied the removal would otherwise be replicated to as
+/// the new member, and apply its own removal).
+fn same_cluster<T>(guard: &ClusterGuard, request: &Request<T>) -> Result<(), Status> {
+    let metadata = request.metadata();
+    refuse_unless_matches(
+        metadata.get(CLUSTER_ID_METADATA),
+        guard.cluster_id(),
+        CLUSTER_ID_MISMATCH,
+        "remote",
+    )?;
+    refuse_unless_matches(
+        metadata.get(TARGET_ID_METADATA),
+        guard.local_id(),
+        MEMBER_ID_MISMATCH,
+        "requested",
+    )
+}
+
+/// A removed member that has not learned of its removal may still forward its
+/// clients' writes and ask for read indexes: it must not acknowledge a write or
+/// serve a linearizable read after its removal, so the leader refuses it.
+fn refuse_removed_sender<T>(guard: &ClusterGuard, request: &Request<T>) -> Result<(), Status> {
+    #[cfg(feature = "planted-bugs")]
+    if crate::planted::is_planted(crate::planted::RaftBug::LeaderServesRemovedSenders) {
+        return Ok(());
+    }
+    match sender_id(request) {
+        Some(id) if guard.is_removed(id) => Err(Status::failed_precondition(MEMBER_REMOVED)),
+        _ => Ok(()),
     }
 }
 

@@ -1,7 +1,8 @@
 //! etcdserverpb.Lease: grants and revokes go through the log like any write;
-//! keepalives and TTL questions are answered by the leader's lessor, and a follower
-//! relays them to the leader's client URL, with the caller's token, so that the leader
-//! decides for the same caller.
+//! keepalives and TTL questions are answered by the leader's lessor. The member a client
+//! reaches authorizes the call, then, unless it leads, relays it to the leader's peer
+//! port (`api::peer_lease`, etcd's peer `/leases`), where it is not authorized again: a
+//! caller known only by its certificate has nothing the leader could check.
 //!
 //! With auth on, every call needs a user (etcd's `requireAuthInfo`), and calls that
 //! touch a lease's keys need permission over them (etcd 3.6.9's `checkLeaseRenew`,
@@ -24,7 +25,6 @@ use crate::lessor::Lessor;
 use crate::node::Node;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
-use crate::proto::etcdserverpb::lease_client::LeaseClient;
 use crate::proto::etcdserverpb::lease_server::Lease;
 use crate::proto::etcdserverpb::{
     LeaseCheckpoint, LeaseCheckpointRequest, LeaseGrantRequest, LeaseGrantResponse,
@@ -32,6 +32,7 @@ use crate::proto::etcdserverpb::{
     LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus, LeaseTimeToLiveRequest,
     LeaseTimeToLiveResponse,
 };
+use crate::proto::peer::peer_lease_client::PeerLeaseClient;
 
 /// etcd's largest TTL, in seconds.
 const MAX_TTL: i64 = 9_000_000_000;
@@ -127,8 +128,9 @@ impl LeaseService {
 }
 
 /// A keepalive answered here, on the leader: the lease's TTL, 0 if it is unknown or
-/// expired. `None` if this member does not lead (the caller relays it).
-async fn keep_alive_on_leader(
+/// expired. `None` if this member does not lead (the caller relays it). The caller was
+/// authorized by the member it reached.
+pub(super) async fn keep_alive_on_leader(
     node: &Node,
     lessor: &Lessor,
     id: i64,
@@ -211,8 +213,8 @@ async fn authorize_keep_alive(node: &Node, caller: &Caller, id: i64) -> Result<(
 }
 
 /// Serves one keepalive stream: each request authorised for `caller`, then answered by
-/// this member if it leads, else by the leader through one relayed stream, reopened
-/// after a leader change. A refusal ends the stream, as etcd's does.
+/// this member if it leads, else by the leader through one stream to its peer port,
+/// reopened after a leader change. A refusal ends the stream, as etcd's does.
 async fn serve_keep_alives(
     node: Arc<Node>,
     lessor: Arc<Lessor>,
@@ -233,7 +235,7 @@ async fn serve_keep_alives(
                         ttl,
                     }
                 }),
-                Ok(None) => relay_keep_alive(&node, &caller, &mut relay, request).await,
+                Ok(None) => relay_keep_alive(&node, &mut relay, request).await,
                 Err(status) => Err(status),
             },
         };
@@ -244,37 +246,26 @@ async fn serve_keep_alives(
     }
 }
 
-/// A keepalive stream to the leader.
+/// A keepalive stream to the leader's peer port.
 struct Relay {
     requests: mpsc::Sender<LeaseKeepAliveRequest>,
     answers: Streaming<LeaseKeepAliveResponse>,
 }
 
-/// The codes of `auth::authorize`'s refusals (`status::from_auth`).
-fn is_auth_refusal(status: &Status) -> bool {
-    matches!(
-        status.code(),
-        tonic::Code::PermissionDenied
-            | tonic::Code::Unauthenticated
-            | tonic::Code::InvalidArgument
-            | tonic::Code::FailedPrecondition
-    )
-}
-
+/// `request`, authorized here, answered by the leader. The leader ends the stream once
+/// it stops leading; the relay then tries once more on a stream to whichever member
+/// leads by then.
 async fn relay_keep_alive(
     node: &Node,
-    caller: &Caller,
     relay: &mut Option<Relay>,
     request: LeaseKeepAliveRequest,
 ) -> Result<LeaseKeepAliveResponse, Status> {
-    // One retry on a fresh stream: the leader may have changed since the last one.
     for _ in 0..2 {
         if relay.is_none() {
-            let channel = crate::relay::to_leader(node).await?;
+            let channel = crate::relay::to_leader_peer(node).await?;
             let (requests, upstream) = mpsc::channel(QUEUED_ANSWERS);
-            let answers = LeaseClient::new(channel)
-                // The leader decides again, for the same caller.
-                .lease_keep_alive(crate::relay::stream(ReceiverStream::new(upstream), caller))
+            let answers = PeerLeaseClient::new(channel)
+                .keep_alive(ReceiverStream::new(upstream))
                 .await?
                 .into_inner();
             *relay = Some(Relay { requests, answers });
@@ -283,16 +274,47 @@ async fn relay_keep_alive(
             continue;
         };
         if open.requests.send(request).await.is_ok() {
-            match open.answers.message().await {
-                Ok(Some(answer)) => return Ok(answer),
-                // The leader refused this caller: that is the answer, not a lost leader.
-                Err(refusal) if is_auth_refusal(&refusal) => return Err(refusal),
-                _ => {}
+            if let Ok(Some(answer)) = open.answers.message().await {
+                return Ok(answer);
             }
         }
         *relay = None;
     }
     Err(status::no_leader())
+}
+
+/// LeaseTimeToLive answered here, on the leader (`lessor` leads): the lease's remaining
+/// TTL as this lessor times it, its granted TTL and, if asked, its keys; TTL -1 for a
+/// lease that does not exist. The caller was authorized by the member it reached.
+pub(super) fn time_to_live_on_leader(
+    node: &Node,
+    lessor: &Lessor,
+    request: &LeaseTimeToLiveRequest,
+) -> Result<LeaseTimeToLiveResponse, Status> {
+    let store = node.store();
+    let revision = store.current_revision().map_err(status::from_store)?;
+    let Some(lease) = store.lease(request.id).map_err(status::from_store)? else {
+        return Ok(LeaseTimeToLiveResponse {
+            header: Some(node.header_at(revision)),
+            id: request.id,
+            ttl: -1,
+            ..Default::default()
+        });
+    };
+    let keys = if request.keys {
+        store.lease_keys(request.id).map_err(status::from_store)?
+    } else {
+        Vec::new()
+    };
+    // Not timed yet (granted since the lessor last looked): what the store says.
+    let remaining = lessor.remaining(lease.id).unwrap_or(lease.starting_ttl());
+    Ok(LeaseTimeToLiveResponse {
+        header: Some(node.header_at(revision)),
+        id: lease.id,
+        ttl: remaining,
+        granted_ttl: lease.ttl,
+        keys,
+    })
 }
 
 #[tonic::async_trait]
@@ -360,41 +382,11 @@ impl Lease for LeaseService {
         }
         // etcd 3.7: any user, but with auth on a user.
         authorized::check(&self.node, &caller, &[Action::LoggedIn]).await?;
-        let leading = self.lessor.ensure_leading(&self.node).await?;
-        if !leading {
-            let channel = crate::relay::to_leader(&self.node).await?;
-            // The leader decides again, for the same caller.
-            return LeaseClient::new(channel)
-                .lease_time_to_live(crate::relay::request(request, &caller))
-                .await;
+        if self.lessor.ensure_leading(&self.node).await? {
+            return time_to_live_on_leader(&self.node, &self.lessor, &request).map(Response::new);
         }
-        let store = self.node.store();
-        let revision = self.current_revision()?;
-        let Some(lease) = store.lease(request.id).map_err(status::from_store)? else {
-            return Ok(Response::new(LeaseTimeToLiveResponse {
-                header: Some(self.node.header_at(revision)),
-                id: request.id,
-                ttl: -1,
-                ..Default::default()
-            }));
-        };
-        let keys = if request.keys {
-            store.lease_keys(request.id).map_err(status::from_store)?
-        } else {
-            Vec::new()
-        };
-        // Not timed yet (granted since the lessor last looked): what the store says.
-        let remaining = self
-            .lessor
-            .remaining(lease.id)
-            .unwrap_or(lease.starting_ttl());
-        Ok(Response::new(LeaseTimeToLiveResponse {
-            header: Some(self.node.header_at(revision)),
-            id: lease.id,
-            ttl: remaining,
-            granted_ttl: lease.ttl,
-            keys,
-        }))
+        let channel = crate::relay::to_leader_peer(&self.node).await?;
+        PeerLeaseClient::new(channel).time_to_live(request).await
     }
 
     async fn lease_leases(

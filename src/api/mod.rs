@@ -19,6 +19,7 @@ pub mod learner_gate;
 pub mod lease;
 pub mod lock;
 pub mod maintenance;
+pub mod peer_lease;
 pub mod range_stream;
 pub mod snapshot;
 pub mod status;

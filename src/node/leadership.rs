@@ -1,5 +1,5 @@
 //! Raft's view of the cluster as services need it: whether a leader is known (the one
-//! source of "has a leader"), reaching the leader's client URL, membership changes and
+//! source of "has a leader"), reaching the leader's client and peer URLs, membership changes and
 //! leadership transfer (for `membership::change` alone), and raft stopping.
 
 use std::time::Duration;
@@ -7,7 +7,7 @@ use std::time::Duration;
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, Instant};
-use quantykube_raft::{LogId, Member, NodeId, TypeConfig};
+use quantykube_raft::{LogId, Member, NodeId, StampedChannel, TypeConfig};
 
 use super::{Node, NodeError, RaftMetrics};
 use crate::store;
@@ -62,6 +62,18 @@ impl Node {
         let mut metrics = self.parts.raft.metrics();
         let known = metrics.wait_until(|m| m.current_leader.is_some());
         let _ = tokio::time::timeout(within, known).await;
+    }
+
+    /// A connection to the leader's peer URL, once a leader with a known address is
+    /// (within `within`), for the calls this member relays after authorizing their
+    /// caller itself (`relay::to_leader_peer`); `no leader` otherwise, or if this member
+    /// leads.
+    pub async fn leader_peer_channel(&self, within: Duration) -> Result<StampedChannel, NodeError> {
+        self.parts
+            .client
+            .dial_leader(within)
+            .await
+            .ok_or(NodeError::NoLeader)
     }
 
     /// A channel to the current leader's first published TCP client URL (a unix socket

@@ -17,6 +17,7 @@ use url::Url;
 use super::start::Member;
 use super::{Incomings, ServerError};
 use crate::api;
+use crate::api::peer_lease::PeerLeaseService;
 use crate::config::Config;
 use crate::http::{self, Surface};
 use crate::node::Node;
@@ -108,7 +109,8 @@ impl Servers {
         });
     }
 
-    /// Raft's peer service; etcd's peer port answers `/version` over HTTP too (version
+    /// Raft's peer service, and the lease calls members relay to the leader (etcd's
+    /// peer `/leases`); etcd's peer port answers `/version` over HTTP too (version
     /// checks between members and operators' curl).
     pub(super) fn serve_peers<IO>(
         &mut self,
@@ -124,8 +126,11 @@ impl Servers {
             member.node.guard().clone(),
             config.data_dir.join("snapshots").join("incoming"),
         )?;
+        let peer_leases =
+            PeerLeaseService::server(member.node.clone(), member.beside.lessor.clone());
         let routes = Routes::from(
             Routes::new(peer_service.into_service())
+                .add_service(peer_leases)
                 .into_axum_router()
                 .merge(http::router(member.node.clone(), Surface::Peer, None))
                 .fallback(http::fallback),

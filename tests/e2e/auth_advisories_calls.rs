@@ -29,7 +29,7 @@ use crate::support::status::assert_code_message;
 /// Keepalives of `id` on a new stream: the TTL the second one answers, or the stream's
 /// refusal. (etcd-client sends the first and takes its answer itself, refusing a TTL of
 /// 0: every lease kept alive here exists.)
-async fn keep_alive_once(client: &mut Client, id: i64) -> Result<i64, tonic::Status> {
+pub(crate) async fn keep_alive_once(client: &mut Client, id: i64) -> Result<i64, tonic::Status> {
     let status = |e: etcd_client::Error| match e {
         etcd_client::Error::GRpcStatus(status) => status,
         other => panic!("keepalive of {id:x}: not a gRPC status: {other:?}"),

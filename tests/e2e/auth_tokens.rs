@@ -13,9 +13,11 @@
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use etcd_client::{LeaseTimeToLiveOptions, Permission, PutOptions};
 use sha2::{Digest, Sha256};
 use tonic::Code;
 
+use crate::auth_advisories_calls::keep_alive_once;
 use crate::auth_cluster::alice;
 use crate::auth_support::{
     assert_denied, assert_status, b64url_encode, ec_keys, enable_auth, jwt_parts, msg, ok, openssl,
@@ -25,6 +27,7 @@ use crate::certs::Pki;
 use crate::harness::{find_on_path, loopback_ip, ClientTls, Cluster, ClusterOptions, Target};
 use crate::raw;
 use crate::support::connect::Connect;
+use crate::support::status::assert_code_message;
 
 /// `--auth-token` for JWTs signed with `method` by the key pair `(private, public)`.
 fn jwt_flag(method: &str, keys: &(String, String)) -> String {
@@ -492,4 +495,110 @@ async fn auth_jwt_crosses_between_etcd_and_quantykube() {
         on_etcd.range(raw::range("b")).await,
         "quantykube's JWT on etcd, b",
     );
+}
+
+/// A caller known only by its certificate's Common Name keeps its lease alive, and reads
+/// the lease's TTL and keys, through every member: a follower authorizes the caller
+/// itself, then relays to the leader's peer port (as etcd's follower posts to the
+/// leader's peer `/leases`), so the leader never needs the caller's identity.
+///
+/// The refusals are etcd's `checkLeaseRenew` and `checkLeaseTimeToLive`
+/// (GHSA-q8m4-xhhv-38mg, fixed in 3.6.9, 3.5.28 and 3.4.42): etcd 3.4.23 predates them,
+/// so against it only the calls that must pass are made.
+#[tokio::test]
+async fn auth_certificate_user_keeps_leases_alive_through_every_member() {
+    let pki = Pki::new(loopback_ip());
+    let alice_cert = pki.issue_client("alice-client", "alice");
+    let reader_cert = pki.issue_client("reader-client", "reader");
+    let cluster = cert_cluster(&pki).start().await;
+    alice(&cluster).await;
+    // `reader` may read alice's keys, not write them.
+    let mut auth = root_client(&cluster, 0).await.auth_client();
+    auth.role_add("r").await.expect("role add");
+    auth.role_grant_permission("r", Permission::read("a/").with_prefix())
+        .await
+        .expect("grant");
+    auth.user_add("reader", "reader-pw", None)
+        .await
+        .expect("user add");
+    auth.user_grant_role("reader", "r")
+        .await
+        .expect("grant role");
+
+    let as_cert = |cert: &crate::certs::Issued, endpoint: String| {
+        let tls = ClientTls::new(pki.ca_cert()).identity(&cert.cert, &cert.key);
+        async move {
+            Connect::new()
+                .tls(Some(&tls))
+                .try_to(&[endpoint])
+                .await
+                .expect("connect with a client certificate")
+        }
+    };
+    let mut alice_first = as_cert(&alice_cert, cluster.endpoint(0)).await;
+    let lease = alice_first
+        .lease_grant(600, None)
+        .await
+        .expect("alice grants a lease")
+        .id();
+    alice_first
+        .put("a/held", "x", Some(PutOptions::new().with_lease(lease)))
+        .await
+        .expect("alice attaches it to a/held");
+
+    for member in 0..3 {
+        let mut as_alice = as_cert(&alice_cert, cluster.endpoint(member)).await;
+        let ttl = keep_alive_once(&mut as_alice, lease)
+            .await
+            .unwrap_or_else(|s| panic!("alice's keepalive through member {member}: {s:?}"));
+        assert_eq!(ttl, 600, "alice's keepalive through member {member}");
+        let asked = as_alice
+            .lease_time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys()))
+            .await
+            .unwrap_or_else(|e| panic!("alice's TimeToLive through member {member}: {e}"));
+        assert_eq!(
+            asked.keys(),
+            [b"a/held".to_vec()],
+            "through member {member}"
+        );
+        assert!(asked.ttl() > 0, "through member {member}: {}", asked.ttl());
+
+        if cluster.target() != Target::Quantykube {
+            continue;
+        }
+        // Reading the keys is not writing them: no keepalive (the stream ends with the
+        // refusal); the TTL with keys is allowed.
+        let mut as_reader = as_cert(&reader_cert, cluster.endpoint(member)).await;
+        match keep_alive_once(&mut as_reader, lease).await {
+            Err(refusal) => assert_code_message(
+                &refusal,
+                Code::PermissionDenied,
+                msg::PERMISSION_DENIED,
+                &format!("reader's keepalive through member {member}"),
+            ),
+            Ok(ttl) => panic!("reader's keepalive through member {member}: kept alive ({ttl})"),
+        }
+        as_reader
+            .lease_time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys()))
+            .await
+            .unwrap_or_else(|e| panic!("reader's TimeToLive through member {member}: {e}"));
+        // The harness's certificate names no user: neither call.
+        let mut nobody = cluster.client(member).await;
+        match keep_alive_once(&mut nobody, lease).await {
+            Err(refusal) => assert_code_message(
+                &refusal,
+                Code::PermissionDenied,
+                msg::PERMISSION_DENIED,
+                &format!("a certificate of no user, keepalive through member {member}"),
+            ),
+            Ok(ttl) => panic!("no user's keepalive through member {member}: kept alive ({ttl})"),
+        }
+        crate::harness::assert_grpc_error(
+            nobody
+                .lease_time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys()))
+                .await,
+            Code::PermissionDenied,
+            msg::PERMISSION_DENIED,
+        );
+    }
 }

@@ -222,3 +222,52 @@ async fn json_nested_too_deep_is_refused() {
     served(&gateway, "after-deep").await;
     assert!(gateway.revision().await >= 2);
 }
+
+/// An HTTP/1.1 `GET /version` with one header of `bytes` bytes: the answer's status, or
+/// `None` if the member closed the connection without one (it may stop reading a head
+/// too large, and a reset can take its answer with it).
+async fn version_with_header(address: &str, bytes: usize) -> Option<u16> {
+    let (mut reader, mut writer) = TcpStream::connect(address)
+        .await
+        .expect("connect")
+        .into_split();
+    let request = format!(
+        "GET /version HTTP/1.1\r\nhost: {address}\r\nx-big: {}\r\nconnection: close\r\n\r\n",
+        "a".repeat(bytes)
+    );
+    // Written while the answer is read: a member that refuses stops reading.
+    let sending = tokio::spawn(async move {
+        let _ = writer.write_all(request.as_bytes()).await;
+        writer
+    });
+    let mut answer = Vec::new();
+    let _ = in_time(reader.read_to_end(&mut answer)).await;
+    sending.abort();
+    String::from_utf8_lossy(&answer)
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|status| status.parse().ok())
+}
+
+/// An HTTP/1.1 request head is bounded as HTTP/2's header list is: etcd by Go's
+/// `http.DefaultMaxHeaderBytes` (1 MiB, answered `431`), QuantyKube by hyper's read
+/// buffer (about 400 KiB, also `431`). Over it the request is refused, and other
+/// clients are served.
+#[tokio::test]
+async fn http1_heads_over_the_limit_are_refused_and_others_are_served() {
+    let cluster = Cluster::start(1).await;
+    let address = address(&cluster);
+    let gateway = Gateway::of(&cluster, 0);
+    assert_eq!(
+        version_with_header(&address, 64 << 10).await,
+        Some(200),
+        "a 64 KiB header is taken"
+    );
+    let refused = version_with_header(&address, 2 << 20).await;
+    assert!(
+        matches!(refused, None | Some(431)),
+        "a 2 MiB header: {refused:?}"
+    );
+    served(&gateway, "after-2MiB-head").await;
+    assert_eq!(version_with_header(&address, 1 << 10).await, Some(200));
+}

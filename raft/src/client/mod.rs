@@ -26,7 +26,7 @@ use openraft::storage::RaftStateMachine;
 use tokio::time::Instant;
 
 pub use self::error::{ReadError, WriteError};
-use crate::channels::PeerChannels;
+use crate::channels::{PeerChannels, StampedChannel};
 use crate::pb;
 use crate::types::{Member, NodeId, Raft, TypeConfig};
 
@@ -158,6 +158,24 @@ where
     /// The local raft handle.
     pub fn raft(&self) -> &Raft<SM> {
         &self.raft
+    }
+
+    /// A new connection to the leader's peer URL, stamped as every peer request is, for
+    /// the server crate's own services on the peer port (the lease calls a member relays
+    /// after authorizing their caller). Waits up to `within` for a leader with a known
+    /// address. `None` if none is known by then, if this member leads (the caller
+    /// answers itself), or if the dial fails: the caller answers "no leader", as for a
+    /// write.
+    pub async fn dial_leader(&self, within: Duration) -> Option<StampedChannel> {
+        if let Pause::Deadline | Pause::Stopped(_) =
+            self.wait_for_leader(Instant::now() + within).await
+        {
+            return None;
+        }
+        match self.route(None) {
+            Route::Remote(leader, member) => self.channels.dial_stamped(leader, &member).await.ok(),
+            Route::Local | Route::NoLeader => None,
+        }
     }
 
     fn deadline(&self) -> Instant {

@@ -194,34 +194,11 @@ pub fn bbolt_file(data: &[u8]) {
     read_bbolt(&with_meta_checksums(data));
 }
 
-/// bbolt's meta pages (pages 0 and 1): a page header, then `magic, version, pageSize,
-/// flags, root, sequence, freelist, pgid, txid` (56 bytes) and their FNV-1a 64.
-const PAGE_HEADER: usize = 16;
-const META_CHECKSUMMED: usize = 56;
-
-/// `data` with the checksum of each meta page set to what its bytes give.
+/// `data` with the checksum of each meta page set to what its bytes give (bbolt's
+/// layout, which the bbolt crate owns).
 pub fn with_meta_checksums(data: &[u8]) -> Vec<u8> {
-    use std::hash::Hasher as _;
     let mut out = data.to_vec();
-    let page_size = out
-        .get(PAGE_HEADER + 8..PAGE_HEADER + 12)
-        .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        .map(u32::from_le_bytes)
-        .map(|size| size as usize)
-        .filter(|size| size.is_power_of_two() && (1024..=65536).contains(size))
-        .unwrap_or(4096);
-    for page in [0, page_size] {
-        let meta = page + PAGE_HEADER;
-        let Some(bytes) = out.get(meta..meta + META_CHECKSUMMED) else {
-            continue;
-        };
-        let mut hash = fnv::FnvHasher::default();
-        hash.write(bytes);
-        let sum = hash.finish().to_le_bytes();
-        if let Some(slot) = out.get_mut(meta + META_CHECKSUMMED..meta + META_CHECKSUMMED + 8) {
-            slot.copy_from_slice(&sum);
-        }
-    }
+    quantykube_bbolt::reseal_meta_checksums(&mut out);
     out
 }
 
@@ -490,8 +467,9 @@ mod tests {
         let file = fuzz_file("corpus/bbolt_file/etcd-3.4.snap");
         assert_eq!(with_meta_checksums(&file), file);
         let mut changed = file.clone();
-        changed[PAGE_HEADER + 48] ^= 1; // the first meta's txid
-        changed[4096 + PAGE_HEADER + 48] ^= 1;
+        // Each meta's txid (after the 16-byte page header and 48 bytes of meta).
+        changed[16 + 48] ^= 1;
+        changed[4096 + 16 + 48] ^= 1;
         let opens = |bytes: &[u8]| {
             let file = file_of(bytes).expect("temp file");
             quantykube_bbolt::Database::open(file, bytes.len() as u64).is_ok()
