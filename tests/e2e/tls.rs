@@ -742,8 +742,10 @@ async fn tls_startup_errors_exit_non_zero_naming_the_file() {
 
 /// `--client-cert-file`/`--client-key-file` (etcd 3.5+; 3.4 lacks them): the identity a
 /// member presents to another member's client URL. With a certificate of a foreign CA
-/// there, the leader refuses the followers' relayed requests, which shows the flag is
-/// what they present; the leader's own requests are unaffected.
+/// there, the leader refuses the requests followers relay to its client URL (MoveLeader
+/// here), which shows the flag is what they present; the leader's own requests, and the
+/// lease calls followers relay to its peer port (which uses the peer certificate), are
+/// unaffected.
 #[tokio::test]
 async fn tls_client_cert_file_is_what_members_present_to_each_other() {
     if Target::from_env() == Target::Etcd {
@@ -766,11 +768,18 @@ async fn tls_client_cert_file_is_what_members_present_to_each_other() {
         .lease_grant(60, None)
         .await
         .expect("the leader grants a lease itself");
-    // A follower relays LeaseTimeToLive to the leader's client URL.
-    let relayed = cluster
+    // A follower relays LeaseTimeToLive to the leader's peer port.
+    cluster
         .client(follower)
         .await
         .lease_time_to_live(lease.id(), None)
+        .await
+        .expect("a follower relays LeaseTimeToLive over the peer port");
+    // A follower relays MoveLeader to the leader's client URL.
+    let relayed = cluster
+        .client(follower)
+        .await
+        .move_leader(cluster.member_id(follower))
         .await;
     assert!(
         relayed.is_err(),
