@@ -237,11 +237,7 @@ impl PeerChannels {
         member: &Member,
         lane: Lane,
     ) -> Result<PooledChannel, DialError> {
-        let url = member
-            .peer_urls
-            .first()
-            .ok_or(DialError::NoPeerUrl { target })?
-            .clone();
+        let url = peer_url(target, member)?;
         if let Some(hit) = self.lookup(target, lane, &url) {
             return Ok(hit);
         }
@@ -275,12 +271,7 @@ impl PeerChannels {
         target: NodeId,
         member: &Member,
     ) -> Result<StampedChannel, DialError> {
-        let url = member
-            .peer_urls
-            .first()
-            .ok_or(DialError::NoPeerUrl { target })?
-            .clone();
-        let channel = self.dial(target, url).await?;
+        let channel = self.dial(target, peer_url(target, member)?).await?;
         Ok(InterceptedService::new(
             channel,
             self.inner.stamp.for_target(target),
@@ -345,6 +336,15 @@ impl PeerChannels {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// The URL a member's peers dial: its first peer URL.
+fn peer_url(target: NodeId, member: &Member) -> Result<String, DialError> {
+    member
+        .peer_urls
+        .first()
+        .cloned()
+        .ok_or(DialError::NoPeerUrl { target })
 }
 
 /// True when `status` reports that the connection could not be (re)established, so the

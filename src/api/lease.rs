@@ -128,13 +128,27 @@ impl LeaseService {
 }
 
 /// A keepalive answered here, on the leader: the lease's TTL, 0 if it is unknown or
-/// expired. `None` if this member does not lead (the caller relays it). The caller was
-/// authorized by the member it reached.
+/// expired, with a header at the current revision (etcd fills it as for any answer).
+/// `None` if this member does not lead (the caller relays it). The caller was authorized
+/// by the member it reached.
 pub(super) async fn keep_alive_on_leader(
     node: &Node,
     lessor: &Lessor,
     id: i64,
-) -> Result<Option<i64>, Status> {
+) -> Result<Option<LeaseKeepAliveResponse>, Status> {
+    let Some(ttl) = leader_ttl(node, lessor, id).await? else {
+        return Ok(None);
+    };
+    let header = node.current_header().map_err(Status::from)?;
+    Ok(Some(LeaseKeepAliveResponse {
+        header: Some(header),
+        id,
+        ttl,
+    }))
+}
+
+/// What [`keep_alive_on_leader`] answers: the TTL it renewed the lease for.
+async fn leader_ttl(node: &Node, lessor: &Lessor, id: i64) -> Result<Option<i64>, Status> {
     if !lessor.ensure_leading(node).await? {
         return Ok(None);
     }
@@ -227,14 +241,7 @@ async fn serve_keep_alives(
         let answer = match authorize_keep_alive(&node, &caller, request.id).await {
             Err(refusal) => Err(refusal),
             Ok(()) => match keep_alive_on_leader(&node, &lessor, request.id).await {
-                // etcd fills the header at the current revision, as for any answer.
-                Ok(Some(ttl)) => node.current_header().map_err(Status::from).map(|header| {
-                    LeaseKeepAliveResponse {
-                        header: Some(header),
-                        id: request.id,
-                        ttl,
-                    }
-                }),
+                Ok(Some(answer)) => Ok(answer),
                 Ok(None) => relay_keep_alive(&node, &mut relay, request).await,
                 Err(status) => Err(status),
             },

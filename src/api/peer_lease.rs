@@ -56,18 +56,9 @@ async fn answer_keep_alives(
     out: mpsc::Sender<Result<LeaseKeepAliveResponse, Status>>,
 ) {
     while let Some(Ok(request)) = requests.next().await {
-        let answer =
-            match keep_alive_on_leader(&node, &lessor, request.id).await {
-                Ok(Some(ttl)) => node.current_header().map_err(Status::from).map(|header| {
-                    LeaseKeepAliveResponse {
-                        header: Some(header),
-                        id: request.id,
-                        ttl,
-                    }
-                }),
-                Ok(None) => Err(status::no_leader()),
-                Err(status) => Err(status),
-            };
+        let answer = keep_alive_on_leader(&node, &lessor, request.id)
+            .await
+            .and_then(|answer| answer.ok_or_else(status::no_leader));
         let failed = answer.is_err();
         if out.send(answer).await.is_err() || failed {
             return;
