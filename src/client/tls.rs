@@ -4,7 +4,8 @@
 //!
 //! This module owns reading and checking the PEM files (so that a missing or bad file
 //! is named before any connection is tried, not found as a handshake failure on every
-//! request) and the verifier of `--insecure-skip-tls-verify`. It must never decide
+//! request) and choosing the server verifier: the transport's (a chain to `--cacert`,
+//! or one of its certificates itself, as Go accepts) or `--insecure-skip-tls-verify`'s. It must never decide
 //! which endpoints use TLS: `endpoints` does, from the endpoint's scheme.
 
 use std::path::Path;
@@ -13,11 +14,10 @@ use std::sync::Arc;
 use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::RootCertStore;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{ClientTlsConfig, Endpoint, Identity};
 
 use super::error::ClientError;
-use crate::transport::error_chain;
+use crate::transport::{error_chain, TrustAnchors};
 
 /// etcdctl's TLS flags: `--cacert`, `--cert`, `--key`, `--insecure-skip-tls-verify`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -60,15 +60,21 @@ impl ClientTls {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let provider = rustls::crypto::ring::default_provider();
 
+        let provider = Arc::new(provider);
         let mut config = ClientTlsConfig::new();
+        let mut verifier = None;
         if let Some(path) = args.cacert {
             let pem = read("--cacert", path)?;
-            check_ca_bundle(path, &pem)?;
-            // With --insecure-skip-tls-verify the verifier replaces the CA check (as Go's
-            // InsecureSkipVerify ignores RootCAs), and tonic refuses both at once; the
-            // bundle is still read above so that a wrong path is not silently accepted.
+            let anchors = ca_bundle(path, &pem)?;
+            // With --insecure-skip-tls-verify the verifier below replaces the CA check (as
+            // Go's InsecureSkipVerify ignores RootCAs); the bundle is still read above so
+            // that a wrong path is not silently accepted. Without it, the transport's
+            // verifier: a chain to the bundle, or a certificate of the bundle itself, as
+            // Go's client accepts a self-signed CA certificate its --cacert names.
             if !args.insecure_skip_tls_verify {
-                config = config.ca_certificate(Certificate::from_pem(pem));
+                let chosen = crate::transport::server_verifier(&anchors, provider.clone())
+                    .map_err(|e| ClientError::Tls(format!("--cacert {}: {e}", path.display())))?;
+                verifier = Some(chosen);
             }
         }
         match (args.cert, args.key) {
@@ -84,9 +90,9 @@ impl ClientTls {
         }
         // Any server certificate, its handshake signatures still checked (the
         // transport's auto-TLS verifier: Go's InsecureSkipVerify).
-        let verifier = args
-            .insecure_skip_tls_verify
-            .then(|| crate::transport::accept_any_server(Arc::new(provider)));
+        if args.insecure_skip_tls_verify {
+            verifier = Some(crate::transport::accept_any_server(provider));
+        }
         Ok(Some(ClientTls { config, verifier }))
     }
 
@@ -106,22 +112,20 @@ fn read(flag: &str, path: &Path) -> Result<Vec<u8>, ClientError> {
         .map_err(|e| ClientError::Tls(format!("{flag} {}: cannot read: {e}", path.display())))
 }
 
-/// At least one certificate, and each one usable as a trust anchor.
-fn check_ca_bundle(path: &Path, pem: &[u8]) -> Result<(), ClientError> {
+/// The bundle's certificates as trust anchors: at least one, each usable as one.
+fn ca_bundle(path: &Path, pem: &[u8]) -> Result<TrustAnchors, ClientError> {
     let bad = |what: String| ClientError::Tls(format!("--cacert {}: {what}", path.display()));
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(pem) {
-        let cert = cert.map_err(|e| bad(format!("not a PEM certificate bundle: {e}")))?;
-        roots
-            .add(cert)
-            .map_err(|e| bad(format!("not a usable CA certificate: {e}")))?;
-    }
-    if roots.is_empty() {
+    let certificates = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(format!("not a PEM certificate bundle: {e}")))?;
+    let anchors = TrustAnchors::from_certificates(certificates)
+        .map_err(|e| bad(format!("not a usable CA certificate: {e}")))?;
+    if anchors.is_empty() {
         return Err(bad(
             "no PEM certificate (BEGIN CERTIFICATE) in the file".into()
         ));
     }
-    Ok(())
+    Ok(anchors)
 }
 
 /// `--cert` holds a certificate chain, `--key` a private key, and the key is the
@@ -268,7 +272,8 @@ weJASO1dC7IBnxrvECFxHomrlWMaRySHoZoG4y3K+CSXmppAz8rHrqr4\n\
         let tls = from_flags(&["--cacert", &cert, "--cert", &cert, "--key", &key])
             .expect("good files")
             .expect("TLS");
-        assert!(tls.verifier.is_none());
+        // The anchors' verifier: a chain to --cacert, or --cacert's certificate itself.
+        assert!(tls.verifier.is_some());
         let endpoint = Endpoint::from_static("https://127.0.0.1:2379");
         assert!(tls.apply(endpoint, "https://127.0.0.1:2379").is_ok());
 

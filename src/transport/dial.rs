@@ -12,14 +12,13 @@ use std::sync::Arc;
 
 use quantykube_raft::{DialFuture, Dialer, DialerError};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use tonic::transport::{ClientTlsConfig, Endpoint, Identity};
 
+use super::anchors::{server_verifier, TrustAnchors};
 use super::certs::load_certified_key;
-use super::server_tls::roots;
 use super::{SideTls, TransportError};
 
 /// What this member presents and trusts when it connects to one side of other members.
@@ -69,12 +68,12 @@ impl OutgoingTls {
                 .trusted_ca_file
                 .as_ref()
                 .ok_or_else(|| TransportError::NoTrustedCa(endpoint.uri().to_string()))?;
-            WebPkiServerVerifier::builder_with_provider(Arc::new(roots(ca)?), self.provider.clone())
-                .build()
-                .map_err(|e| TransportError::Invalid {
+            server_verifier(&TrustAnchors::read(ca)?, self.provider.clone()).map_err(|e| {
+                TransportError::Invalid {
                     path: ca.clone(),
                     reason: format!("cannot verify server certificates with it ({e})"),
-                })?
+                }
+            })?
         };
         endpoint
             .tls_config_with_verifier(

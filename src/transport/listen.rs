@@ -399,6 +399,11 @@ fn describe(error: &io::Error) -> String {
                      allowed)"
                         .into()
                 }
+                Cert::InvalidPurpose | Cert::InvalidPurposeContext { .. } => {
+                    "its extended key usage does not allow client authentication".into()
+                }
+                // Our own refusals (`anchors::Refusal`) and webpki's catch-all.
+                Cert::Other(other) => other.to_string(),
                 other => format!("{other:?}"),
             };
             format!("failed to verify client certificate: {what}")

@@ -5,6 +5,8 @@
 //! connections this member makes to other members.
 //!
 //! The parts, each owning one thing:
+//! - `anchors`: a trusted CA file's certificates, and an anchor accepted as the peer's
+//!   own certificate (a self-signed `CA:TRUE` certificate), as Go accepts it;
 //! - `certs`: reading and checking certificate, key, CA and CRL files, and reloading;
 //! - `auto_tls`: `--auto-tls` / `--peer-auto-tls` self-signed certificates;
 //! - `server_tls`: a side's rustls server configuration and its client-certificate
@@ -16,6 +18,7 @@
 //! This module never looks at requests: which service answers a connection is the
 //! node's and the routers' business. The simulation injects its own streams above it.
 
+mod anchors;
 mod auto_tls;
 mod certs;
 mod dial;
@@ -32,6 +35,7 @@ use url::Url;
 
 use crate::config::{Config, TlsInfo};
 
+pub use anchors::{server_verifier, TrustAnchors};
 pub use certs::read_certificates;
 pub use dial::{accept_any_server, OutgoingTls, TlsDialer};
 pub use listen::{Connection, ConnectionInfo, Incoming, Listeners, ServerTls};

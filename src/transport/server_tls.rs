@@ -1,7 +1,8 @@
 //! The rustls server configuration of one side (the client port or the peer port),
 //! built once from etcd's flags: the versions and cipher suites allowed, the
 //! certificate presented (re-read when its files change), and etcd's checks of a
-//! client certificate: signed by the trusted CA, not revoked by the CRL file, and of an
+//! client certificate: signed by the trusted CA (or one of its certificates itself, see
+//! `anchors`), not revoked by the CRL file, and of an
 //! allowed common name or host name.
 //!
 //! This module owns the handshake-time checks. The check that a client certificate
@@ -16,9 +17,10 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, RootCertStore};
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName};
 
-use super::certs::{read_certificates, revoked_serials, CertificateFacts, ReloadingCert};
+use super::anchors::{Purpose, TrustAnchors};
+use super::certs::{revoked_serials, CertificateFacts, ReloadingCert};
 use super::{SideTls, TransportError};
 use crate::config::{CipherSuite, TlsPolicy, TlsVersion};
 
@@ -68,18 +70,6 @@ pub fn versions(policy: &TlsPolicy) -> Vec<&'static rustls::SupportedProtocolVer
     versions
 }
 
-/// A side's trusted CA file as a root store.
-pub fn roots(path: &std::path::Path) -> Result<RootCertStore, TransportError> {
-    let mut roots = RootCertStore::empty();
-    for cert in read_certificates(path)? {
-        roots.add(cert).map_err(|e| TransportError::Invalid {
-            path: path.to_path_buf(),
-            reason: format!("holds a certificate that cannot be a trust anchor ({e})"),
-        })?;
-    }
-    Ok(roots)
-}
-
 /// The server configuration of one side. `alpn`: the protocols offered, preferred
 /// first (`h2` and `http/1.1` on the client port, which serves HTTP too).
 pub fn server_config(
@@ -95,7 +85,8 @@ pub fn server_config(
         .map_err(TransportError::Rustls)?;
     let builder = match (&side.info.trusted_ca_file, side.requires_client_certs()) {
         (Some(ca), true) => {
-            let inner = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider)
+            let anchors = TrustAnchors::read(ca)?;
+            let inner = WebPkiClientVerifier::builder_with_provider(anchors.roots(), provider)
                 .build()
                 .map_err(|e| TransportError::Invalid {
                     path: ca.clone(),
@@ -103,6 +94,7 @@ pub fn server_config(
                 })?;
             builder.with_client_cert_verifier(Arc::new(EtcdClientVerifier {
                 inner,
+                anchors,
                 crl_file: side.info.crl_file.clone(),
                 allowed_cns: side.info.allowed_cns.clone(),
                 allowed_hostnames: side.info.allowed_hostnames.clone(),
@@ -115,10 +107,12 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
-/// The CA's verdict, then etcd's own checks of a client certificate.
+/// The CA's verdict (a chain to an anchor, or an anchor itself, as Go accepts), then
+/// etcd's own checks of a client certificate.
 #[derive(Debug)]
 struct EtcdClientVerifier {
     inner: Arc<dyn ClientCertVerifier>,
+    anchors: TrustAnchors,
     /// Re-read on every handshake, as etcd does, so that a revocation takes effect at
     /// once.
     crl_file: Option<PathBuf>,
@@ -178,8 +172,17 @@ impl ClientCertVerifier for EtcdClientVerifier {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        self.inner
-            .verify_client_cert(end_entity, intermediates, now)?;
+        match self
+            .anchors
+            .verify_as_own(end_entity, Purpose::ClientAuth, None, now)
+        {
+            Some(verdict) => verdict?,
+            None => {
+                self.inner
+                    .verify_client_cert(end_entity, intermediates, now)
+                    .map_err(|e| self.anchors.explain(e, end_entity))?;
+            }
+        }
         self.check_revocation(end_entity, intermediates)?;
         let facts = CertificateFacts::parse(end_entity).ok_or(
             rustls::Error::InvalidCertificate(CertificateError::BadEncoding),

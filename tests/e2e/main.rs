@@ -64,6 +64,7 @@ mod snapshot_install;
 mod snapshot_save;
 mod three_node;
 mod tls;
+mod tls_self_signed;
 mod wal_dir;
 mod watch;
 mod watch_load;
