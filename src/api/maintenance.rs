@@ -189,9 +189,9 @@ impl Maintenance for MaintenanceService {
                 .move_leader(crate::relay::request(request.into_inner(), &caller))
                 .await?;
         }
-        Ok(Response::new(MoveLeaderResponse {
-            header: Some(self.header()?),
-        }))
+        // etcd answers every MoveLeader, to itself included, with an empty response and
+        // no header (v3rpc's maintenanceServer.MoveLeader); clients check for it.
+        Ok(Response::new(MoveLeaderResponse { header: None }))
     }
 
     async fn alarm(

@@ -592,11 +592,17 @@ async fn move_leader() {
         Code::FailedPrecondition,
         BAD_TRANSFEREE,
     );
-    // Moving leadership to the leader itself is a success that changes nothing.
-    on_leader
+    // Moving leadership to the leader itself is a success that changes nothing,
+    // answered at once with an empty response: etcd sets no header on any MoveLeader
+    // answer (v3rpc's maintenanceServer.MoveLeader returns `&pb.MoveLeaderResponse{}`).
+    let to_itself = on_leader
         .move_leader(cluster.member_id(leader))
         .await
         .expect("MoveLeader to the leader itself");
+    assert!(
+        to_itself.header().is_none(),
+        "MoveLeader to itself carries a header: {to_itself:?}"
+    );
     wait_leader_is(&cluster, leader, Duration::from_secs(10)).await;
 
     // MoveLeader sent to a follower: etcd 3.4 refuses it; QuantyKube forwards it to the
@@ -609,7 +615,11 @@ async fn move_leader() {
             wait_leader_is(&cluster, leader, Duration::from_secs(10)).await;
         }
         Target::Quantykube => {
-            answer.expect("MoveLeader through a follower");
+            let moved = answer.expect("MoveLeader through a follower");
+            assert!(
+                moved.header().is_none(),
+                "MoveLeader carries a header: {moved:?}"
+            );
             wait_leader_is(&cluster, other, Duration::from_secs(10)).await;
         }
     }
