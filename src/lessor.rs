@@ -89,6 +89,7 @@ impl Lessor {
             return false;
         }
         timer.expires = Instant::now() + secs(lease.ttl);
+        crate::store::metrics::lease_renewed();
         true
     }
 

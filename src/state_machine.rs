@@ -229,6 +229,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), io::Error> {
         let store = self.store.clone();
         let expected = meta.clone();
+        let _applying = crate::store::metrics::SnapshotApplying::start();
         // Readers wait for the whole install: none sees the store half rewritten.
         let _alone = match crate::planted_bug!(InstallWithoutGate) {
             true => None,
@@ -265,9 +266,11 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let store = self.store.clone();
+        let started = std::time::Instant::now();
         let info = self
             .in_snapshot_dir(move |dir| store.build_snapshot(dir))
             .await?;
+        crate::store::metrics::snapshot_saved(started.elapsed());
         Ok(Snapshot {
             meta: info.meta,
             snapshot: SnapshotFile { path: info.path },

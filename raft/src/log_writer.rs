@@ -227,10 +227,14 @@ impl Writing {
         }
         let mut unsynced = WriteOptions::default();
         unsynced.set_sync(false);
+        let started = tokio::time::Instant::now();
+        let mut bytes = 0;
         for write in group.iter_mut() {
             let batch = std::mem::take(&mut write.batch);
+            bytes += batch.size_in_bytes();
             db.write_opt(batch, &unsynced).map_err(|e| e.to_string())?;
         }
+        crate::metrics::wal_written(bytes, started.elapsed());
         if let Some(seq) = group.iter().filter_map(|w| w.appended).max() {
             lock(&self.tail).written_through(seq);
         }

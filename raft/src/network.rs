@@ -71,7 +71,7 @@ impl PeerNetworkFactory {
             lane,
             channels: self.channels.clone(),
             guard: self.guard.clone(),
-            metrics: PeerMetrics::to(target),
+            metrics: PeerMetrics::to(self.local_id, target),
             append_stream: None,
             append_stream_unsupported: false,
         }
@@ -274,6 +274,15 @@ impl PeerConnection {
         }
     }
 
+    /// A failed AppendEntries; one without entries is a failed heartbeat too (etcd's
+    /// `etcd_server_heartbeat_send_failures_total`).
+    fn append_error(&self, has_entries: bool, e: CallError) -> RPCError<TypeConfig> {
+        if !has_entries {
+            crate::metrics::heartbeat_send_failed();
+        }
+        self.rpc_error(RPCTypes::AppendEntries, e)
+    }
+
     fn rpc_error(&self, action: RPCTypes, e: CallError) -> RPCError<TypeConfig> {
         self.metrics.send_failed();
         match e {
@@ -407,6 +416,7 @@ impl PeerConnection {
             .map_err(|e| StreamingError::from(self.rpc_error(action, e)))?;
         let mut client = pooled.client();
         tracing::info!(target_id = self.target, bytes = size, snapshot = %snapshot.meta, "sending snapshot");
+        let transfer = crate::metrics::SnapshotTransfer::send(self.target);
 
         let outcome = tokio::select! {
             biased;
@@ -431,6 +441,7 @@ impl PeerConnection {
         };
         self.metrics
             .sent(usize::try_from(size).unwrap_or(usize::MAX));
+        transfer.succeeded();
         tracing::info!(target_id = self.target, snapshot = %snapshot.meta, "snapshot sent");
         Ok(self.decode(action, "snapshot response", &bytes)?)
     }
@@ -463,10 +474,10 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
                         .await
                 })
                 .await
-                .map_err(|e| self.rpc_error(action, e))?
+                .map_err(|e| self.append_error(has_entries, e))?
                 .response
             }
-            Err(e) => return Err(self.rpc_error(action, e)),
+            Err(e) => return Err(self.append_error(has_entries, e)),
         };
         // etcd probes each peer for its round trip; an AppendEntries without entries (a
         // heartbeat) is such a probe here: no disk write on the follower, only the

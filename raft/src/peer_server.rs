@@ -97,6 +97,8 @@ where
         let vote: Vote = codec::decode("vote", &first.vote)?;
         let meta: SnapshotMeta = codec::decode("snapshot meta", &first.meta)?;
         let expected = first.snapshot_size;
+        let transfer = crate::metrics::SnapshotTransfer::receive(vote.leader_id().node_id);
+        let started = std::time::Instant::now();
 
         let id = self.next_staging_id.fetch_add(1, Ordering::Relaxed);
         let mut staged = StagedFile::create(&self.staging_dir, id)
@@ -132,7 +134,10 @@ where
                 "snapshot stream ended after {received} of {expected} bytes"
             )));
         }
+        let syncing = std::time::Instant::now();
         staged.sync().map_err(io_status("sync staged snapshot"))?;
+        crate::metrics::snapshot_saved(syncing.elapsed(), started.elapsed());
+        transfer.succeeded();
 
         let raft = self.raft.clone();
         let snapshot = Snapshot {

@@ -182,8 +182,12 @@ pub async fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream 
     let no_install = store.readable().await;
     if node.offload() == Offload::Inline {
         let mut sender = BlobSender::new(Vec::new(), header, version);
+        let started = std::time::Instant::now();
         match store.export(&no_install) {
-            Ok(export) => sender.send_file(&export, alarms),
+            Ok(export) => {
+                sender.send_file(&export, alarms);
+                crate::store::metrics::snapshot_sent(started.elapsed());
+            }
             Err(error) => sender.outbox.push(Err(status::from_store(error))),
         }
         return Box::pin(futures::stream::iter(sender.outbox));
@@ -191,11 +195,16 @@ pub async fn stream(node: &Arc<Node>, header: ResponseHeader) -> SnapshotStream 
     let (queue, received) = mpsc::channel(BLOBS_IN_FLIGHT);
     tokio::task::spawn_blocking(move || {
         let mut sender = BlobSender::new(queue, header, version);
+        let started = std::time::Instant::now();
         let export = store.export(&no_install);
         // The export reads its own RocksDB snapshot: installs may go on from here.
         drop(no_install);
         match export {
-            Ok(export) => sender.send_file(&export, alarms),
+            Ok(export) => {
+                sender.send_file(&export, alarms);
+                // etcd's backend snapshot: until the last byte went to the client.
+                crate::store::metrics::snapshot_sent(started.elapsed());
+            }
             Err(error) => {
                 let _ = sender.outbox.deliver(Err(status::from_store(error)));
             }

@@ -94,6 +94,7 @@ pub async fn health(node: Arc<Node>, method: Method, uri: Uri) -> Response<Body>
     let excluded = query.set("exclude");
     let serializable = query.first("serializable") == "true";
     let failure = health_failure(&node, &excluded, serializable).await;
+    crate::metrics::server::health_checked(failure.is_none());
     let body = serde_json::json!({
         "health": if failure.is_none() { "true" } else { "false" },
         "reason": failure.clone().unwrap_or_default(),

@@ -126,7 +126,8 @@ async fn metrics(method: Method) -> Response<Body> {
     if let Some(refused) = health::only_get(&method) {
         return refused;
     }
-    let mut response = Response::new(Body::from(crate::metrics::render()));
+    let text = crate::metrics::runtime::scrape(crate::metrics::render);
+    let mut response = Response::new(Body::from(text));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static(crate::metrics::CONTENT_TYPE),

@@ -191,7 +191,14 @@ async fn carry_out(
     }
     for _ in 0..IN_PROGRESS_ATTEMPTS {
         let view = view(node)?;
-        rules::check(&view, &change, policy)?;
+        let promoting = matches!(change, Change::Promote { .. });
+        if let Err(refused) = rules::check(&view, &change, policy) {
+            if promoting {
+                // etcd labels the failure with its error's text.
+                crate::metrics::server::learner_promoted(Some(&refused.to_string()));
+            }
+            return Err(refused);
+        }
         let observed = node
             .raft_metrics()
             .borrow_watched()
@@ -220,6 +227,9 @@ async fn carry_out(
                     response.membership
                 };
                 membership_published(node, &response.log_id).await;
+                if promoting {
+                    crate::metrics::server::learner_promoted(None);
+                }
                 return Ok(Outcome::Done(committed));
             }
             Err(error) if retry_later(&error) => {

@@ -5,7 +5,8 @@
 //! response's headers, from the trailers at a stream's end, `Canceled` when the client
 //! went away first), `grpc_server_msg_received_total` / `_msg_sent_total` per message,
 //! `grpc_server_handling_seconds` (etcd has it with `--metrics=extensive` only), and
-//! etcd's `etcd_network_client_grpc_{received,sent}_bytes_total` (message bytes).
+//! etcd's `etcd_network_client_grpc_{received,sent}_bytes_total` (message bytes) and
+//! `etcd_server_client_requests_total` (by kind and the client's `client-api-version`).
 //!
 //! Series exist for every method the client port serves, every code at zero, as
 //! go-grpc-prometheus pre-registers them; a path no service serves is not counted.
@@ -185,8 +186,49 @@ static SENT_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
     .unwrap_or_else(|e| malformed(name, e))
 });
 
+static CLIENT_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "etcd_server_client_requests_total",
+        "The total number of client requests per client version.",
+        &["type", "client_api_version"],
+    )
+});
+
+/// The `client-api-version` values counted under their own name (etcd's clients send
+/// their `major.minor`); anything else, or none, is `unknown`, so that a client cannot
+/// make the member hold a series per value it invents.
+const CLIENT_API_VERSIONS: [&str; 14] = [
+    "3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12",
+    "unknown",
+];
+
+/// `etcd_server_client_requests_total`'s series, each resolved on first use (etcd
+/// shows a series only once a client of that version called): [unary, stream].
+static CLIENT_REQUEST_SERIES: [[std::sync::OnceLock<IntCounter>; CLIENT_API_VERSIONS.len()]; 2] =
+    [const { [const { std::sync::OnceLock::new() }; CLIENT_API_VERSIONS.len()] }; 2];
+
+/// Counts one client request as etcd's interceptors do: by kind and the version the
+/// client's `client-api-version` metadata names.
+pub(super) fn count_client_request(streaming: bool, version: Option<&http::HeaderValue>) {
+    let unknown = CLIENT_API_VERSIONS.len() - 1;
+    let index = version
+        .and_then(|v| {
+            CLIENT_API_VERSIONS
+                .iter()
+                .position(|known| v.as_bytes() == known.as_bytes())
+        })
+        .unwrap_or(unknown);
+    let kind = usize::from(streaming);
+    let series = CLIENT_REQUEST_SERIES[kind][index].get_or_init(|| {
+        CLIENT_REQUESTS.with_label_values(&[["unary", "stream"][kind], CLIENT_API_VERSIONS[index]])
+    });
+    series.inc();
+}
+
 /// The series of one method, resolved once.
 pub struct Rpc {
+    /// Not unary: etcd's stream interceptor counts it as a `stream` client request.
+    streaming: bool,
     started: IntCounter,
     handled: [IntCounter; 17],
     received: IntCounter,
@@ -200,6 +242,7 @@ static RPCS: LazyLock<Vec<Rpc>> = LazyLock::new(|| {
         .map(|(service, method, kind)| {
             let labels = [*kind, *service, *method];
             Rpc {
+                streaming: *kind != UNARY,
                 started: STARTED.with_label_values(&labels),
                 handled: CODE_NAMES
                     .map(|code| HANDLED.with_label_values(&[*kind, *service, *method, code])),
@@ -213,7 +256,8 @@ static RPCS: LazyLock<Vec<Rpc>> = LazyLock::new(|| {
 
 pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
     LazyLock::force(&RPCS);
-    let collectors: [Box<dyn Collector>; 7] = [
+    let collectors: [Box<dyn Collector>; 8] = [
+        Box::new(CLIENT_REQUESTS.clone()),
         Box::new(STARTED.clone()),
         Box::new(HANDLED.clone()),
         Box::new(RECEIVED.clone()),
@@ -353,6 +397,7 @@ where
         let rpc = lookup(request.uri().path());
         if let Some(rpc) = rpc {
             rpc.started.inc();
+            count_client_request(rpc.streaming, request.headers().get("client-api-version"));
         }
         let request = request.map(|inner| {
             tonic::body::Body::new(CountedRequest {

@@ -16,6 +16,7 @@
 //! the simulation) add up into the same series.
 
 pub mod grpc;
+mod inert;
 pub mod runtime;
 pub mod server;
 pub mod storage;
@@ -48,6 +49,7 @@ fn register_all(registry: &Registry) -> prometheus::Result<()> {
     storage::register(registry)?;
     grpc::register(registry)?;
     runtime::register(registry)?;
+    inert::register(registry)?;
     crate::store::metrics::register(registry)?;
     quantykube_raft::metrics::register(registry)
 }

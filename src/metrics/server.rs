@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use openraft::async_runtime::WatchReceiver;
 use prometheus::core::Collector;
-use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use quantykube_raft::{NodeId, TypeConfig};
 
 fn gauge(name: &str, help: &str) -> IntGauge {
@@ -86,6 +86,45 @@ static VERSION: LazyLock<IntGaugeVec> = LazyLock::new(|| {
         "server_version",
     )
 });
+static CLUSTER_VERSION: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    labelled_gauge(
+        "etcd_cluster_version",
+        "Which version is running. 1 for 'cluster_version' label with current cluster version",
+        "cluster_version",
+    )
+});
+static HEALTH_SUCCESS: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "etcd_server_health_success",
+        "The total number of successful health checks",
+    )
+});
+static HEALTH_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "etcd_server_health_failures",
+        "The total number of failed health checks",
+    )
+});
+static LEARNER_PROMOTE_SUCCESSES: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "etcd_server_learner_promote_successes",
+        "The total number of successful learner promotions while this member is leader.",
+    )
+});
+static LEARNER_PROMOTE_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    quantykube_raft::metrics::counter_vec(
+        "etcd_server_learner_promote_failures",
+        "The total number of failed learner promotions (likely learner not ready) while this member is leader.",
+        &["Reason"],
+    )
+});
+static KNOWN_PEERS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    quantykube_raft::metrics::gauge_vec(
+        "etcd_network_known_peers",
+        "The current number of known peers.",
+        &["Local", "Remote"],
+    )
+});
 static LEASE_EXPIRED: LazyLock<IntCounter> = LazyLock::new(|| {
     counter(
         "etcd_debugging_server_lease_expired_total",
@@ -94,7 +133,13 @@ static LEASE_EXPIRED: LazyLock<IntCounter> = LazyLock::new(|| {
 });
 
 pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
-    let collectors: [Box<dyn Collector>; 10] = [
+    let collectors: [Box<dyn Collector>; 16] = [
+        Box::new(KNOWN_PEERS.clone()),
+        Box::new(CLUSTER_VERSION.clone()),
+        Box::new(HEALTH_SUCCESS.clone()),
+        Box::new(HEALTH_FAILURES.clone()),
+        Box::new(LEARNER_PROMOTE_SUCCESSES.clone()),
+        Box::new(LEARNER_PROMOTE_FAILURES.clone()),
         Box::new(HAS_LEADER.clone()),
         Box::new(IS_LEADER.clone()),
         Box::new(IS_LEARNER.clone()),
@@ -117,6 +162,24 @@ pub fn set_has_leader(has_leader: bool) {
     HAS_LEADER.set(i64::from(has_leader));
 }
 
+/// `/health` answered: healthy or not (etcd 3.4's counters of its `/health`).
+pub fn health_checked(healthy: bool) {
+    if healthy {
+        HEALTH_SUCCESS.inc();
+    } else {
+        HEALTH_FAILURES.inc();
+    }
+}
+
+/// This leader promoted a learner, or refused to (`reason`: the error's text as etcd
+/// labels it, e.g. "can only promote a learner member which is in sync with leader").
+pub fn learner_promoted(refused: Option<&str>) {
+    match refused {
+        None => LEARNER_PROMOTE_SUCCESSES.inc(),
+        Some(reason) => LEARNER_PROMOTE_FAILURES.with_label_values(&[reason]).inc(),
+    }
+}
+
 /// A lease ran out and its revocation was applied (counted by the leader's lessor).
 pub fn lease_expired() {
     LEASE_EXPIRED.inc();
@@ -132,6 +195,14 @@ pub(super) fn describe(id: NodeId, version: &str, quota: i64) {
         .set(1);
     VERSION.reset();
     VERSION.with_label_values(&[version]).set(1);
+    // etcd's `version.Cluster`: major.minor.
+    let mut parts = version.split('.');
+    let cluster = match (parts.next(), parts.next()) {
+        (Some(major), Some(minor)) => format!("{major}.{minor}"),
+        _ => version.to_owned(),
+    };
+    CLUSTER_VERSION.reset();
+    CLUSTER_VERSION.with_label_values(&[&cluster]).set(1);
     QUOTA_BACKEND_BYTES.set(quota);
 }
 
@@ -139,6 +210,9 @@ pub(super) fn describe(id: NodeId, version: &str, quota: i64) {
 #[derive(Default)]
 pub(super) struct RaftView {
     leader: Option<NodeId>,
+    /// The members (this one included, learners too) `etcd_network_known_peers` holds
+    /// at 1, as of the membership log id beside them.
+    known: Option<(Option<quantykube_raft::LogId>, Vec<NodeId>)>,
 }
 
 impl RaftView {
@@ -163,6 +237,36 @@ impl RaftView {
         };
         PROPOSALS_COMMITTED.set(index(metrics.local_committed.as_ref()));
         PROPOSALS_APPLIED.set(index(metrics.last_applied.as_ref()));
+        self.follow_membership(id, metrics);
+    }
+
+    /// etcd's known peers: 1 for every member of the membership (this one included),
+    /// 0 for one removed since. Only when the membership changed, so an update costs
+    /// nothing between changes.
+    fn follow_membership(&mut self, id: NodeId, metrics: &openraft::RaftMetrics<TypeConfig>) {
+        let config = &metrics.membership_config;
+        let log_id = config.log_id().to_owned();
+        if self.known.as_ref().is_some_and(|(seen, _)| *seen == log_id) {
+            return;
+        }
+        let members: Vec<NodeId> = config.membership().nodes().map(|(node, _)| *node).collect();
+        let local = quantykube_raft::metrics::peer_label(id);
+        let previous = self
+            .known
+            .take()
+            .map(|(_, known)| known)
+            .unwrap_or_default();
+        for gone in previous.iter().filter(|p| !members.contains(p)) {
+            KNOWN_PEERS
+                .with_label_values(&[&local, &quantykube_raft::metrics::peer_label(*gone)])
+                .set(0);
+        }
+        for member in &members {
+            KNOWN_PEERS
+                .with_label_values(&[&local, &quantykube_raft::metrics::peer_label(*member)])
+                .set(1);
+        }
+        self.known = Some((log_id, members));
     }
 }
 

@@ -1,16 +1,21 @@
-//! etcd's mvcc metrics: database sizes, key count and revisions, the watch gauges and
-//! etcd 3.6's `etcd_debugging_server_alarms`, plus QuantyKube's watch catch-up count.
-//! (The backend commit latency is recorded by the store, `store::metrics`.)
+//! etcd's mvcc metrics read from the store or counted by the watch streams: database
+//! sizes, open read transactions, key count, revisions, the auth revision, the watch
+//! gauges and event count, and etcd 3.6's `etcd_debugging_server_alarms`, plus
+//! QuantyKube's watch catch-up count. (What the store counts itself, operations,
+//! compactions, hashes, commits, is in `store::metrics`.)
 //!
-//! Sizes, key count, revisions and alarms are read from the store when scraped (RocksDB
-//! properties, the `meta` counters and the in-memory alarm set, no scan), from the
-//! store of the member that started last in this process.
+//! Sizes, key count, revisions, snapshots and alarms are read from the store when
+//! scraped (RocksDB properties, the `meta` counters and the in-memory alarm set, no
+//! scan), from the store of the member that started last in this process.
 
 use std::sync::{Arc, LazyLock, RwLock, Weak};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, PullingGauge, Registry};
+
+use prometheus::Histogram;
+use quantykube_raft::metrics::{counter, disk_buckets, gauge, histogram};
 
 use super::server::malformed;
 use crate::store::RevisionStore;
@@ -26,6 +31,59 @@ static WATCHERS: LazyLock<IntGauge> = LazyLock::new(|| {
     IntGauge::with_opts(Opts::new(name, "Total number of watchers."))
         .unwrap_or_else(|e| malformed(name, e))
 });
+
+static EVENTS_SENT: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "etcd_debugging_mvcc_events_total",
+        "Total number of events sent by this member.",
+    )
+});
+
+static SLOW_WATCHERS: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "etcd_debugging_mvcc_slow_watcher_total",
+        "Total number of unsynced slow watchers.",
+    )
+});
+
+/// etcd's watch send loop timings (v3rpc), 1 ms to 8.192 s doubling: [events,
+/// events per event, control, progress].
+static WATCH_SEND_LOOP: LazyLock<[Histogram; 4]> = LazyLock::new(|| {
+    let name = |what: &str| format!("etcd_debugging_server_watch_send_loop_{what}");
+    [
+        histogram(
+            &name("watch_stream_duration_seconds"),
+            "The total duration in seconds of running through the send loop watch stream response all events.",
+            disk_buckets(),
+        ),
+        histogram(
+            &name("watch_stream_duration_per_event_seconds"),
+            "The average duration in seconds of running through the send loop watch stream response, per event.",
+            disk_buckets(),
+        ),
+        histogram(
+            &name("control_stream_duration_seconds"),
+            "The total duration in seconds of running through the send loop control stream response.",
+            disk_buckets(),
+        ),
+        histogram(
+            &name("progress_duration_seconds"),
+            "The total duration in seconds of running through the progress loop control stream response.",
+            disk_buckets(),
+        ),
+    ]
+});
+
+/// What a watch stream sent, for its send loop timings.
+#[derive(Clone, Copy, Debug)]
+pub enum WatchSend {
+    /// A response with this many events.
+    Events(usize),
+    /// A watcher created or canceled.
+    Control,
+    /// A progress notification (or any other response without events).
+    Progress,
+}
 
 static WATCH_CATCH_UPS: LazyLock<IntCounter> = LazyLock::new(|| {
     let name = "quantykube_watch_catch_up_pages_total";
@@ -110,6 +168,27 @@ pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
         Box::new(WATCH_STREAMS.clone()),
         Box::new(WATCHERS.clone()),
         Box::new(WATCH_CATCH_UPS.clone()),
+        Box::new(EVENTS_SENT.clone()),
+        Box::new(WATCH_SEND_LOOP[0].clone()),
+        Box::new(WATCH_SEND_LOOP[1].clone()),
+        Box::new(WATCH_SEND_LOOP[2].clone()),
+        Box::new(WATCH_SEND_LOOP[3].clone()),
+        Box::new(SLOW_WATCHERS.clone()),
+        Box::new(pulled(
+            "etcd_debugging_mvcc_db_total_size_in_bytes",
+            "Total size of the underlying database physically allocated in bytes.",
+            RevisionStore::approximate_size,
+        )?),
+        Box::new(pulled(
+            "etcd_mvcc_db_open_read_transactions",
+            "The number of currently open read transactions",
+            RevisionStore::open_snapshots,
+        )?),
+        Box::new(pulled(
+            "etcd_debugging_auth_revision",
+            "The current revision of auth store.",
+            |store| store.auth().revision(),
+        )?),
         Box::new(pulled(
             "etcd_mvcc_db_total_size_in_bytes",
             "Total size of the underlying database physically allocated in bytes.",
@@ -167,6 +246,29 @@ impl Drop for WatchStreamGauge {
 /// `n` watchers were created (positive) or ended (negative).
 pub fn watchers_changed(n: i64) {
     WATCHERS.add(n);
+}
+
+/// A watch stream handed a response to its client's stream in `elapsed`.
+pub fn watch_sent(kind: WatchSend, elapsed: std::time::Duration) {
+    let seconds = elapsed.as_secs_f64();
+    match kind {
+        WatchSend::Events(events) => {
+            WATCH_SEND_LOOP[0].observe(seconds);
+            WATCH_SEND_LOOP[1].observe(seconds / events.max(1) as f64);
+        }
+        WatchSend::Control => WATCH_SEND_LOOP[2].observe(seconds),
+        WatchSend::Progress => WATCH_SEND_LOOP[3].observe(seconds),
+    }
+}
+
+/// `n` events went out to watchers.
+pub fn events_sent(n: usize) {
+    EVENTS_SENT.inc_by(n as u64);
+}
+
+/// Watchers behind the feed (catching up from history) went up or down by `delta`.
+pub fn slow_watchers_changed(delta: i64) {
+    SLOW_WATCHERS.add(delta);
 }
 
 /// One page of history was read for watchers catching up.

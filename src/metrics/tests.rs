@@ -224,3 +224,98 @@ fn leader_changes_count_each_newly_known_leader() {
     // Counters are process-wide and tests run in parallel: at least our two.
     assert!(count() >= start + 2.0);
 }
+
+/// etcd's families that QuantyKube does not export yet (one list, shared with the e2e
+/// test): each must still be missing, so that the list shrinks with the code.
+fn not_yet_exported() -> Vec<&'static str> {
+    include_str!("../../tests/e2e/etcd_metrics/not_yet_exported.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect()
+}
+
+/// Labelled families whose series this test cannot make: the raft crate's per-peer
+/// series (its own unit test records them), and those a running member makes from its
+/// store and membership (the e2e test `metrics_catalogue` sees them).
+const SERIES_MADE_ELSEWHERE: &[&str] = &[
+    "etcd_network_known_peers",
+    "etcd_network_peer_round_trip_time_seconds",
+    "etcd_network_peer_sent_failures_total",
+    "etcd_network_active_peers",
+    "etcd_network_snapshot_send_success",
+    "etcd_network_snapshot_send_failures",
+    "etcd_network_snapshot_send_inflights_total",
+    "etcd_network_snapshot_send_total_duration_seconds",
+    "etcd_network_snapshot_receive_success",
+    "etcd_network_snapshot_receive_failures",
+    "etcd_network_snapshot_receive_inflights_total",
+    "etcd_network_snapshot_receive_total_duration_seconds",
+    "etcd_network_disconnected_peers_total",
+    "etcd_debugging_server_alarms",
+];
+
+/// Go's `ExponentialBuckets(start, factor, count)` from source.tsv's `exp(a,b,n)`.
+fn etcd_buckets(text: &str) -> Vec<f64> {
+    let Some(inner) = text.strip_prefix("exp(").and_then(|t| t.strip_suffix(')')) else {
+        return prometheus::DEFAULT_BUCKETS.to_vec();
+    };
+    let parts: Vec<f64> = inner
+        .split(',')
+        .map(|p| p.parse().expect("a number"))
+        .collect();
+    prometheus::exponential_buckets(parts[0], parts[1], parts[2] as usize).expect("buckets")
+}
+
+#[test]
+fn every_family_etcd_declares_is_exported_with_its_type_labels_help_and_buckets() {
+    // Series for the labelled families, as a running member would have them.
+    server::describe(0x8e9e05c52164694d, "3.6.0", 1 << 31);
+    server::learner_promoted(Some(
+        "can only promote a learner member which is in sync with leader",
+    ));
+    grpc::count_client_request(false, None);
+    crate::store::metrics::applied("Put", true, Duration::from_micros(300));
+    inert::show_every_family();
+    quantykube_raft::metrics::peer_exchanged("8e9e05c52164694d", 1, 1);
+    let served = rendered();
+    let source = include_str!("../../tests/e2e/etcd_metrics/source.tsv");
+    let not_yet = not_yet_exported();
+    let mut wrong = Vec::new();
+    for line in source.lines().filter(|l| !l.starts_with('#')) {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let (name, kind, labels, help, buckets) =
+            (fields[0], fields[1], fields[2], fields[3], fields[4]);
+        let pending = not_yet.contains(&name);
+        let Some(family) = served.families.get(name) else {
+            if !pending && !SERIES_MADE_ELSEWHERE.contains(&name) {
+                wrong.push(format!("{name}: not exported"));
+            }
+            continue;
+        };
+        if pending {
+            wrong.push(format!(
+                "{name}: exported now; take it off not_yet_exported.txt"
+            ));
+        }
+        let mut expected: Vec<&str> = labels.split(',').filter(|l| !l.is_empty()).collect();
+        expected.sort_unstable();
+        if family.kind != kind
+            || served.label_names(name) != expected
+            || family.help != help.replace("\\n", "\n")
+        {
+            wrong.push(format!(
+                "{name}: {} {:?} {:?}, etcd's {kind} {expected:?} {help:?}",
+                family.kind,
+                served.label_names(name),
+                family.help
+            ));
+        }
+        if kind == "histogram" && bucket_bounds(&served, name) != etcd_buckets(buckets) {
+            wrong.push(format!(
+                "{name}: buckets {:?}, etcd's {buckets}",
+                bucket_bounds(&served, name)
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -23,6 +23,7 @@ impl RevisionStore {
             .defrag_lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _in_flight = super::metrics::DefragInFlight::start();
         let before = self.approximate_size();
         let started = std::time::Instant::now();
         // Counted from here: what compaction deletes from now on may land in files

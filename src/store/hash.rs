@@ -52,7 +52,10 @@ impl RevisionStore {
         } else {
             revision
         };
-        hash_at(&reader, revisions, at)
+        let started = std::time::Instant::now();
+        let hashed = hash_at(&reader, revisions, at);
+        super::metrics::hashed(true, started.elapsed());
+        hashed
     }
 
     /// The hash of the key space at the compacted revision itself, which `hash_kv`
@@ -72,6 +75,13 @@ impl RevisionStore {
     /// etcd's `Hash`: every entry of the key versions, the latest-version index and the
     /// leases, as stored now (physical: it changes as compaction removes versions).
     pub fn hash_all(&self) -> Result<(u32, i64), StoreError> {
+        let started = std::time::Instant::now();
+        let hashed = self.hash_everything();
+        super::metrics::hashed(false, started.elapsed());
+        hashed
+    }
+
+    fn hash_everything(&self) -> Result<(u32, i64), StoreError> {
         let snapshot = self.db.snapshot();
         let reader = Reader::new(self, &snapshot)?;
         let mut digest = CASTAGNOLI.digest();

@@ -275,7 +275,13 @@ impl RevisionStore {
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
         let snapshot = self.db.snapshot();
         let reader = range::Reader::new(self, &snapshot)?;
-        range::range(&reader, reader.revisions(), req, None)
+        let response = range::range(&reader, reader.revisions(), req, None)?;
+        metrics::OperationCounts {
+            ranges: 1,
+            ..Default::default()
+        }
+        .record();
+        Ok(response)
     }
 
     /// RocksDB's estimate of the number of live keys (the `latest` column family holds

@@ -70,6 +70,17 @@ impl RevisionStore {
             .sum()
     }
 
+    /// Read views of the store open now (RocksDB snapshots: a Range, a Txn, a watch
+    /// catching up, a snapshot export each hold one while they read): etcd's open
+    /// read transactions.
+    pub fn open_snapshots(&self) -> u64 {
+        self.db
+            .property_int_value("rocksdb.num-snapshots")
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+
     /// [`Self::approximate_size`] as of at most [`SAMPLE_LIFETIME`] ago: what the quota
     /// checks weigh, on the write path.
     pub fn recent_size(&self) -> u64 {

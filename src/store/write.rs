@@ -24,6 +24,7 @@ use super::encoding::{
 use super::feed::Changes;
 use super::lease::LeaseRecord;
 use super::meta::{self, Revisions};
+use super::metrics::OperationCounts;
 use super::range::{self, Overlay, PendingVersion, Reader};
 use super::txn::{self, Path};
 use super::{
@@ -83,6 +84,10 @@ pub struct WriteTxn<'a> {
     revisions: Revisions,
     staged: &'a mut Staged,
     changes: u32,
+    /// etcd's mvcc counters of this command, recorded when it succeeds.
+    counts: OperationCounts,
+    /// This command revoked a lease (etcd's `etcd_debugging_lease_revoked_total`).
+    revoked_lease: bool,
 }
 
 impl<'a> WriteTxn<'a> {
@@ -93,6 +98,8 @@ impl<'a> WriteTxn<'a> {
             reader,
             staged,
             changes: 0,
+            counts: OperationCounts::default(),
+            revoked_lease: false,
         }
     }
 
@@ -248,6 +255,8 @@ impl<'a> WriteTxn<'a> {
         };
         let prev_kv = if req.prev_kv { prev.cloned() } else { None };
         self.stage(req.key.clone(), Some(kv), live)?;
+        self.counts.puts += 1;
+        self.counts.put_bytes += (req.key.len() + req.value.len()) as u64;
         Ok(PutResponse {
             header: Some(header(self.visible_revision())),
             prev_kv,
@@ -283,6 +292,7 @@ impl<'a> WriteTxn<'a> {
             }
             self.stage(live.kv.key.clone(), None, Some(live))?;
         }
+        self.counts.deletes += 1;
         Ok(DeleteRangeResponse {
             header: Some(header(self.visible_revision())),
             deleted,
@@ -300,7 +310,10 @@ impl<'a> WriteTxn<'a> {
         let mut responses = Vec::new();
         for op in txn::branch(req, succeeded) {
             let response = match &op.request {
-                Some(Request::RequestRange(r)) => Response::ResponseRange(self.range(r)?),
+                Some(Request::RequestRange(r)) => {
+                    self.counts.ranges += 1;
+                    Response::ResponseRange(self.range(r)?)
+                }
                 Some(Request::RequestPut(p)) => Response::ResponsePut(self.put(p)?),
                 Some(Request::RequestDeleteRange(d)) => {
                     Response::ResponseDeleteRange(self.delete_range(d)?)
@@ -333,6 +346,8 @@ impl<'a> WriteTxn<'a> {
         for key in &attached {
             match self.latest(key)? {
                 Some(live) if live.kv.lease == req.id => {
+                    // etcd's lessor deletes each key with a DeleteRange of its own.
+                    self.counts.deletes += 1;
                     self.stage(key.clone(), None, Some(live))?
                 }
                 // Never so while attachments follow their keys; removed below anyway.
@@ -341,6 +356,7 @@ impl<'a> WriteTxn<'a> {
         }
         self.store
             .stage_lease_removal(&mut self.staged.batch, req.id, &attached)?;
+        self.revoked_lease = true;
         Ok(LeaseRevokeResponse {
             header: Some(header(self.visible_revision())),
         })
@@ -379,6 +395,45 @@ impl<'a> WriteTxn<'a> {
         if self.changes > 0 {
             self.staged.revisions.current = self.pending_revision();
         }
+        self.counts.record();
+        if self.revoked_lease {
+            super::metrics::lease_revoked();
+        }
+    }
+}
+
+/// etcd's name of a command's request in `etcd_server_apply_duration_seconds`.
+fn operation_name(command: &Command) -> &'static str {
+    use crate::proto::command::auth_command::Request as Auth;
+    match &command.request {
+        Some(CommandRequest::Put(_)) => "Put",
+        Some(CommandRequest::DeleteRange(_)) => "DeleteRange",
+        Some(CommandRequest::Txn(_)) => "Txn",
+        Some(CommandRequest::Compaction(_)) => "Compaction",
+        Some(CommandRequest::LeaseGrant(_)) => "LeaseGrant",
+        Some(CommandRequest::LeaseRevoke(_) | CommandRequest::LeaseExpiry(_)) => "LeaseRevoke",
+        Some(CommandRequest::LeaseCheckpoint(_)) => "LeaseCheckpoint",
+        Some(CommandRequest::Alarm(_)) => "Alarm",
+        Some(CommandRequest::PublishMember(_)) => "ClusterMemberAttrSet",
+        Some(CommandRequest::Auth(auth)) => match &auth.request {
+            Some(Auth::Enable(_)) => "AuthEnable",
+            Some(Auth::Disable(_)) => "AuthDisable",
+            Some(Auth::Authenticate(_)) => "Authenticate",
+            Some(Auth::UserAdd(_)) => "AuthUserAdd",
+            Some(Auth::UserDelete(_)) => "AuthUserDelete",
+            Some(Auth::UserChangePassword(_)) => "AuthUserChangePassword",
+            Some(Auth::UserGrantRole(_)) => "AuthUserGrantRole",
+            Some(Auth::UserRevokeRole(_)) => "AuthUserRevokeRole",
+            Some(Auth::RoleAdd(_)) => "AuthRoleAdd",
+            Some(Auth::RoleDelete(_)) => "AuthRoleDelete",
+            Some(Auth::RoleGrantPermission(_)) => "AuthRoleGrantPermission",
+            Some(Auth::RoleRevokePermission(_)) => "AuthRoleRevokePermission",
+            None => "unknown",
+        },
+        // The admin API's records: QuantyKube's own commands.
+        Some(CommandRequest::SyncMemberRecords(_)) => "SyncMemberRecords",
+        Some(CommandRequest::ChangeSnapshotRecord(_)) => "ChangeSnapshotRecord",
+        None => "unknown",
     }
 }
 
@@ -421,6 +476,7 @@ impl<'s> ApplyBatch<'s> {
         log_id: &LogId,
         command: &Command,
     ) -> Result<WriteOutcome, StoreError> {
+        let started = std::time::Instant::now();
         let (fresh, after) = flush_rules(command, &self.staged.overlay);
         if fresh || self.staged.batch.size_in_bytes() >= FLUSH_BYTES {
             self.flush()?;
@@ -466,8 +522,12 @@ impl<'s> ApplyBatch<'s> {
                     CommandResultKind::Compaction(response)
                 }),
                 Some(CommandRequest::LeaseGrant(grant)) => {
-                    grant_lease(store, &mut txn.staged.batch, grant, txn.revisions.current)
-                        .map(CommandResultKind::LeaseGrant)
+                    grant_lease(store, &mut txn.staged.batch, grant, txn.revisions.current).map(
+                        |granted| {
+                            super::metrics::lease_granted(granted.ttl);
+                            CommandResultKind::LeaseGrant(granted)
+                        },
+                    )
                 }
                 Some(CommandRequest::LeaseRevoke(revoke)) => {
                     txn.revoke(revoke).map(CommandResultKind::LeaseRevoke)
@@ -528,6 +588,8 @@ impl<'s> ApplyBatch<'s> {
                 None => Err(StoreError::corrupt("empty command")),
             }
         };
+        let succeeded = matches!(&applied, Ok(_) | Err(StoreError::Compacted));
+        super::metrics::applied(operation_name(command), succeeded, started.elapsed());
         let outcome = match applied {
             Ok(result) => {
                 txn.finish();
@@ -761,6 +823,9 @@ impl RevisionStore {
         let snapshot = self.db.snapshot();
         let reader = Reader::new(self, &snapshot)?;
         let mut nothing_staged = Staged::new(reader.revisions());
-        WriteTxn::new(self, reader, &mut nothing_staged).txn(req)
+        let mut txn = WriteTxn::new(self, reader, &mut nothing_staged);
+        let response = txn.txn(req)?;
+        txn.counts.record();
+        Ok(response)
     }
 }

@@ -55,6 +55,7 @@ mod membership;
 mod membership_errors;
 mod membership_learners;
 mod metrics;
+mod metrics_catalogue;
 mod quantykube_surface;
 mod range_stream;
 mod request_limits;

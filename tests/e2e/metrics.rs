@@ -119,7 +119,7 @@ fn dechunk(mut body: &str) -> Result<String, String> {
     }
 }
 
-async fn scrape(url: &str) -> Exposition {
+pub(crate) async fn scrape(url: &str) -> Exposition {
     let (status, body) = http_get(&format!("{url}/metrics"))
         .await
         .unwrap_or_else(|e| panic!("GET {url}/metrics: {e}"));

@@ -84,8 +84,20 @@ impl Outbox {
         Some(self.node.header_at(revision))
     }
 
+    /// Sends one response, timed as etcd's send loop times it: how long the stream
+    /// took it (a slow client's flow control shows here).
     async fn send(&self, response: WatchResponse) -> Result<(), Stop> {
-        self.out.send(Ok(response)).await.map_err(|_| Stop::Gone)
+        let kind = if !response.events.is_empty() {
+            metrics::WatchSend::Events(response.events.len())
+        } else if response.created || response.canceled {
+            metrics::WatchSend::Control
+        } else {
+            metrics::WatchSend::Progress
+        };
+        let started = Instant::now();
+        let sent = self.out.send(Ok(response)).await.map_err(|_| Stop::Gone);
+        metrics::watch_sent(kind, started.elapsed());
+        sent
     }
 
     /// A response with no events and only `watch_id` set.
@@ -107,6 +119,7 @@ impl Outbox {
         fragment: bool,
         events: Vec<Event>,
     ) -> Result<(), Stop> {
+        metrics::events_sent(events.len());
         let response = WatchResponse {
             header: self.header(revision),
             watch_id,
@@ -155,6 +168,9 @@ pub struct WatchStream {
     progress_requested: bool,
     /// Counts this stream in etcd's watch stream gauge while it lives.
     _counted: metrics::WatchStreamGauge,
+    /// This stream's share of etcd's slow watcher gauge: its watchers behind the feed
+    /// when last counted.
+    slow_counted: i64,
     /// Who opened the stream: each watch is authorised for them when it is created.
     caller: Caller,
 }
@@ -162,6 +178,7 @@ pub struct WatchStream {
 impl Drop for WatchStream {
     fn drop(&mut self) {
         metrics::watchers_changed(-(self.watchers.len() as i64));
+        metrics::slow_watchers_changed(-self.slow_counted);
     }
 }
 
@@ -192,6 +209,7 @@ impl WatchStream {
             next_id: 0,
             progress_requested: false,
             _counted: metrics::WatchStreamGauge::open(),
+            slow_counted: 0,
             caller,
         })
     }
@@ -238,6 +256,20 @@ impl WatchStream {
                 () = self.outbox.out.closed() => return Err(Stop::Gone),
             }
             self.answer_progress_request().await?;
+            self.count_slow_watchers();
+        }
+    }
+
+    /// Brings this stream's share of the slow watcher gauge up to date.
+    fn count_slow_watchers(&mut self) {
+        let behind = self
+            .watchers
+            .values()
+            .filter(|w| w.through < self.position)
+            .count() as i64;
+        if behind != self.slow_counted {
+            metrics::slow_watchers_changed(behind - self.slow_counted);
+            self.slow_counted = behind;
         }
     }
 
