@@ -375,18 +375,22 @@ impl PeerConnection {
         };
 
         let path = &snapshot.snapshot.path;
-        let file = match std::fs::File::open(path) {
-            Ok(file) => file,
-            // The state machine may have replaced its snapshot (and removed this file)
-            // since openraft asked for it; openraft retries with the current one.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(StreamingError::Network(NetworkError::from_string(format!(
+        // The state machine may have replaced its snapshot (and removed this file) since
+        // openraft asked for it, or while it is read (a filesystem need not keep an
+        // unlinked file readable; the crash tests' FUSE filesystem does not): not a
+        // storage failure, which would stop raft, but a failed send, which openraft
+        // retries with the current snapshot.
+        let failed_read = |e: io::Error| {
+            if e.kind() == io::ErrorKind::NotFound {
+                StreamingError::Network(NetworkError::from_string(format!(
                     "snapshot file {} vanished: {e}",
                     path.display()
-                ))));
+                )))
+            } else {
+                StreamingError::StorageError(read_error(e))
             }
-            Err(e) => return Err(StreamingError::StorageError(read_error(e))),
         };
+        let file = std::fs::File::open(path).map_err(failed_read)?;
         let size = file
             .metadata()
             .map_err(|e| StreamingError::StorageError(read_error(e)))?
@@ -430,7 +434,7 @@ impl PeerConnection {
         };
         if let Some(e) = progress.take_read_error() {
             self.channels.discard(self.target, self.lane, &pooled);
-            return Err(StreamingError::StorageError(read_error(e)));
+            return Err(failed_read(e));
         }
         let bytes = match outcome {
             Ok(response) => response.into_inner().response,
