@@ -144,6 +144,21 @@ static PEER_RECEIVED_BYTES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+static PEER_RECEIVED_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "etcd_network_peer_received_failures_total",
+        "The total number of receive failures from peers.",
+        &["From"],
+    )
+});
+
+static SLOW_READ_INDEXES: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "etcd_server_slow_read_indexes_total",
+        "The total number of pending read indexes not in sync with leader's or timed out read index requests.",
+    )
+});
+
 pub(crate) static PROPOSALS_PENDING: LazyLock<IntGauge> = LazyLock::new(|| {
     IntGauge::with_opts(Opts::new(
         "etcd_server_proposals_pending",
@@ -203,7 +218,9 @@ pub fn register(registry: &Registry) -> prometheus::Result<()> {
         collectors.push(Box::new(families.inflight.clone()));
         collectors.push(Box::new(families.duration.clone()));
     }
-    collectors.extend::<[Box<dyn Collector>; 19]>([
+    collectors.extend::<[Box<dyn Collector>; 21]>([
+        Box::new(PEER_RECEIVED_FAILURES.clone()),
+        Box::new(SLOW_READ_INDEXES.clone()),
         Box::new(SNAP_DB_FSYNC.clone()),
         Box::new(SNAP_DB_SAVE.clone()),
         Box::new(ACTIVE_PEERS.clone()),
@@ -275,6 +292,22 @@ pub(crate) fn write_forwarded() {
 
 pub(crate) fn read_index_failed() {
     READ_INDEXES_FAILED.inc();
+}
+
+/// A read index did not come before the request timeout (etcd counts its timed-out
+/// read index requests, and the answers it drops as out of date, which a read here
+/// never gets: each waits for its own round's answer).
+pub(crate) fn read_index_slow() {
+    SLOW_READ_INDEXES.inc();
+}
+
+/// A message from a peer could not be received: its stream broke, or it did not
+/// decode. `from` is the sender's hex id, or its address when it sent none (etcd
+/// labels its HTTP handlers' failures with the remote address too).
+pub(crate) fn peer_receive_failed(from: &str) {
+    if let Ok(counter) = PEER_RECEIVED_FAILURES.get_metric_with_label_values(&[from]) {
+        counter.inc();
+    }
 }
 
 pub(crate) fn read_index_local() {
@@ -527,6 +560,7 @@ mod tests {
         peer.sent(10);
         peer.round_trip(Duration::from_millis(1));
         wal_fsynced(Duration::from_millis(2));
+        peer_receive_failed("bdae9bbc11dd390d");
         let names: Vec<String> = registry
             .gather()
             .iter()
@@ -534,6 +568,7 @@ mod tests {
             .collect();
         assert!(names.contains(&"etcd_network_peer_sent_failures_total".to_owned()));
         assert!(names.contains(&"etcd_disk_wal_fsync_duration_seconds".to_owned()));
+        assert!(names.contains(&"etcd_network_peer_received_failures_total".to_owned()));
         assert_eq!(
             PEER_SENT_FAILURES
                 .with_label_values(&["bdae9bbc11dd390d"])

@@ -88,14 +88,16 @@ where
 
     async fn receive_snapshot(
         &self,
+        sender: &Sender,
         mut stream: Streaming<pb::InstallSnapshotRequest>,
     ) -> Result<Vec<u8>, Status> {
         let first = stream
             .message()
-            .await?
+            .await
+            .inspect_err(|_| sender.failed())?
             .ok_or_else(|| Status::invalid_argument("empty InstallSnapshot stream"))?;
-        let vote: Vote = codec::decode("vote", &first.vote)?;
-        let meta: SnapshotMeta = codec::decode("snapshot meta", &first.meta)?;
+        let vote: Vote = decode_from(sender, "vote", &first.vote)?;
+        let meta: SnapshotMeta = decode_from(sender, "snapshot meta", &first.meta)?;
         let expected = first.snapshot_size;
         let transfer = crate::metrics::SnapshotTransfer::receive(vote.leader_id().node_id);
         let started = std::time::Instant::now();
@@ -117,7 +119,7 @@ where
             staged
                 .write(&chunk)
                 .map_err(io_status("write staged snapshot"))?;
-            match stream.message().await? {
+            match stream.message().await.inspect_err(|_| sender.failed())? {
                 None => break,
                 Some(next) => {
                     if !next.vote.is_empty() || !next.meta.is_empty() {
@@ -181,7 +183,7 @@ where
             &self.raft,
             &self.guard,
             &request.get_ref().request,
-            sender_label(&request),
+            &Sender::of(&request),
         )
         .await?;
         Ok(Response::new(pb::AppendEntriesResponse {
@@ -197,11 +199,11 @@ where
     ) -> Result<Response<AppendAnswers>, Status> {
         // Metadata is the stream's: checked once, as each unary call checks its own.
         self.same_cluster(&request)?;
-        let from = sender_label(&request).map(str::to_owned);
+        let sender = Sender::of(&request);
         Ok(Response::new(serve_append_stream(
             self.raft.clone(),
             self.guard.clone(),
-            from,
+            sender,
             request.into_inner(),
         )))
     }
@@ -211,8 +213,11 @@ where
         request: Request<pb::RequestVoteRequest>,
     ) -> Result<Response<pb::RequestVoteResponse>, Status> {
         self.same_cluster(&request)?;
-        let rpc: openraft::raft::VoteRequest<TypeConfig> =
-            codec::decode("vote request", &request.get_ref().request)?;
+        let rpc: openraft::raft::VoteRequest<TypeConfig> = decode_from(
+            &Sender::of(&request),
+            "vote request",
+            &request.get_ref().request,
+        )?;
         self.refuse_removed(rpc.vote.leader_id().node_id)?;
         let response = self.raft.vote(rpc).await.map_err(stopped)?;
         Ok(Response::new(pb::RequestVoteResponse {
@@ -225,8 +230,11 @@ where
         request: Request<pb::RequestPreVoteRequest>,
     ) -> Result<Response<pb::RequestPreVoteResponse>, Status> {
         self.same_cluster(&request)?;
-        let rpc: openraft::raft::VoteRequest<TypeConfig> =
-            codec::decode("pre-vote request", &request.get_ref().request)?;
+        let rpc: openraft::raft::VoteRequest<TypeConfig> = decode_from(
+            &Sender::of(&request),
+            "pre-vote request",
+            &request.get_ref().request,
+        )?;
         self.refuse_removed(rpc.vote.leader_id().node_id)?;
         let response = self.raft.pre_vote(rpc).await.map_err(stopped)?;
         Ok(Response::new(pb::RequestPreVoteResponse {
@@ -239,7 +247,8 @@ where
         request: Request<Streaming<pb::InstallSnapshotRequest>>,
     ) -> Result<Response<pb::InstallSnapshotResponse>, Status> {
         self.same_cluster(&request)?;
-        let response = self.receive_snapshot(request.into_inner()).await?;
+        let sender = Sender::of(&request);
+        let response = self.receive_snapshot(&sender, request.into_inner()).await?;
         Ok(Response::new(pb::InstallSnapshotResponse {
             response: response.into(),
         }))
@@ -455,16 +464,16 @@ pub type AppendAnswers =
 fn serve_append_stream<SM>(
     raft: Raft<SM>,
     guard: Arc<ClusterGuard>,
-    from: Option<String>,
+    sender: Sender,
     incoming: Streaming<pb::AppendEntriesStreamRequest>,
 ) -> AppendAnswers
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
 {
     let stopped = Box::pin(propose_stream::raft_stopped(raft.clone()));
-    let state = Some((raft, guard, from, incoming, stopped));
+    let state = Some((raft, guard, sender, incoming, stopped));
     Box::pin(futures::stream::unfold(state, |state| async move {
-        let (raft, guard, from, mut incoming, mut stopped) = state?;
+        let (raft, guard, sender, mut incoming, mut stopped) = state?;
         let request = tokio::select! {
             () = &mut stopped => return None,
             message = incoming.message() => match message {
@@ -476,12 +485,12 @@ where
                 }
             },
         };
-        match answer_append(&raft, &guard, &request.request, from.as_deref()).await {
+        match answer_append(&raft, &guard, &request.request, &sender).await {
             Ok(response) => {
                 let answer = pb::AppendEntriesStreamResponse {
                     response: response.into(),
                 };
-                Some((Ok(answer), Some((raft, guard, from, incoming, stopped))))
+                Some((Ok(answer), Some((raft, guard, sender, incoming, stopped))))
             }
             Err(status) => Some((Err(status), None)),
         }
@@ -494,12 +503,12 @@ async fn answer_append<SM>(
     raft: &Raft<SM>,
     guard: &ClusterGuard,
     request: &[u8],
-    from: Option<&str>,
+    sender: &Sender,
 ) -> Result<Vec<u8>, Status>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
 {
-    let rpc = codec::decode("append entries request", request)?;
+    let rpc = decode_from(sender, "append entries request", request)?;
     let response = raft.append_entries(rpc).await.map_err(stopped)?;
     if !matches!(
         response,
@@ -508,10 +517,48 @@ where
         guard.heard_from_leader();
     }
     let response = encode("append entries response", &response)?;
-    if let Some(from) = from {
+    if let Some(from) = &sender.id {
         crate::metrics::peer_exchanged(from, request.len(), response.len());
     }
     Ok(response)
+}
+
+/// Who sent a peer request, as metrics label it.
+struct Sender {
+    /// Its member id in hex, as its metadata says (every member sends it).
+    id: Option<String>,
+    /// Its id, else its address: etcd's label of a receive failure.
+    label: String,
+}
+
+impl Sender {
+    fn of<T>(request: &Request<T>) -> Self {
+        let id = sender_label(request).map(str::to_owned);
+        let label = match (&id, request.remote_addr()) {
+            (Some(id), _) => id.clone(),
+            (None, Some(address)) => address.to_string(),
+            (None, None) => "unknown".to_owned(),
+        };
+        Sender { id, label }
+    }
+
+    /// Counts a message from this sender that could not be received.
+    fn failed(&self) {
+        crate::metrics::peer_receive_failed(&self.label);
+    }
+}
+
+/// Decodes a raft message from `sender`, counting one that does not decode as a
+/// receive failure.
+fn decode_from<T: serde::de::DeserializeOwned>(
+    sender: &Sender,
+    what: &'static str,
+    bytes: &[u8],
+) -> Result<T, Status> {
+    codec::decode(what, bytes).map_err(|e| {
+        sender.failed();
+        e.into()
+    })
 }
 
 fn stopped(e: RaftError<TypeConfig>) -> Status {

@@ -5,11 +5,13 @@
 //! no data logic of their own.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tonic::{Request, Response, Status};
 
 use super::{authorized, status, validate};
 use crate::auth::{Action, Caller};
+use crate::node::metrics as node_metrics;
 use crate::node::Node;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
@@ -20,6 +22,7 @@ use crate::proto::etcdserverpb::{
     PutResponse, RangeRequest, RangeResponse, ResponseHeader, TxnRequest, TxnResponse,
 };
 use crate::store::txn as txn_rules;
+use crate::store::RequestType;
 
 /// A response whose header the store leaves at its revision and the API completes.
 trait Headed {
@@ -100,6 +103,17 @@ impl KvService {
         caller: &Caller,
         req: RangeRequest,
     ) -> Result<RangeResponse, Status> {
+        let started = Instant::now();
+        let answered = self.answer_range(caller, req).await;
+        node_metrics::request_finished(RequestType::Range, answered.is_ok(), started.elapsed());
+        answered
+    }
+
+    async fn answer_range(
+        &self,
+        caller: &Caller,
+        req: RangeRequest,
+    ) -> Result<RangeResponse, Status> {
         validate::range(&req)?;
         if !req.serializable && self.node.is_learner() {
             return Err(status::not_supported_for_learner());
@@ -151,16 +165,14 @@ impl KvService {
         validate::txn(&req, self.node.limits().max_txn_ops)?;
         // A transaction that writes nothing is a read: served locally, as etcd does.
         let response = if txn_rules::is_read_only(&req) {
-            if !txn_rules::is_serializable(&req) {
-                self.node.read_barrier().await?;
-            }
-            let grant = authorized::check(&self.node, caller, &[Action::Txn(&req)]).await?;
-            let response = self
-                .node
-                .read_store(move |store| store.read_only_txn(&req))
-                .await?;
-            authorized::confirm(&self.node, grant)?;
-            response
+            let started = Instant::now();
+            let answered = self.answer_read_only_txn(caller, req).await;
+            node_metrics::request_finished(
+                RequestType::ReadonlyTxn,
+                answered.is_ok(),
+                started.elapsed(),
+            );
+            answered?
         } else {
             // etcd's `checkPutAuth` for each of the transaction's puts (both branches,
             // nested ones too): the leases they attach, as a plain Put's.
@@ -177,6 +189,24 @@ impl KvService {
             .await?
         };
         Ok(self.complete(response))
+    }
+
+    /// A transaction that writes nothing, served locally as etcd does.
+    async fn answer_read_only_txn(
+        &self,
+        caller: &Caller,
+        req: TxnRequest,
+    ) -> Result<TxnResponse, Status> {
+        if !txn_rules::is_serializable(&req) {
+            self.node.read_barrier().await?;
+        }
+        let grant = authorized::check(&self.node, caller, &[Action::Txn(&req)]).await?;
+        let response = self
+            .node
+            .read_store(move |store| store.read_only_txn(&req))
+            .await?;
+        authorized::confirm(&self.node, grant)?;
+        Ok(response)
     }
 }
 

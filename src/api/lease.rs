@@ -22,6 +22,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::{authorized, status};
 use crate::auth::{Action, Caller};
 use crate::lessor::Lessor;
+use crate::metrics::grpc::StreamApi;
 use crate::node::Node;
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
@@ -237,7 +238,18 @@ async fn serve_keep_alives(
     out: mpsc::Sender<Result<LeaseKeepAliveResponse, Status>>,
 ) {
     let mut relay: Option<Relay> = None;
-    while let Some(Ok(request)) = requests.next().await {
+    loop {
+        let request = match requests.next().await {
+            Some(Ok(request)) => request,
+            None => return,
+            // A request that did not decode ends the stream with its status.
+            Some(Err(status)) => {
+                if crate::metrics::grpc::stream_receive_failed(StreamApi::LeaseKeepAlive, &status) {
+                    let _ = out.send(Err(status)).await;
+                }
+                return;
+            }
+        };
         let answer = match authorize_keep_alive(&node, &caller, request.id).await {
             Err(refusal) => Err(refusal),
             Ok(()) => match keep_alive_on_leader(&node, &lessor, request.id).await {

@@ -169,12 +169,35 @@ const ALL_BETA: &str = "AllBeta";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeatureGates {
     enabled: BTreeMap<Gate, bool>,
+    /// `AllAlpha` and `AllBeta` as set (component-base keeps them as gates too).
+    all_alpha: bool,
+    all_beta: bool,
 }
 
 impl Default for FeatureGates {
     fn default() -> Self {
         FeatureGates {
             enabled: GATES.iter().map(|s| (s.gate, s.default)).collect(),
+            all_alpha: false,
+            all_beta: false,
+        }
+    }
+}
+
+/// One gate as etcd's `etcd_server_feature_enabled` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GateState {
+    pub name: &'static str,
+    /// component-base's prerelease: `ALPHA` or `BETA`.
+    pub stage: &'static str,
+    pub enabled: bool,
+}
+
+impl Maturity {
+    fn stage(self) -> &'static str {
+        match self {
+            Maturity::Alpha => "ALPHA",
+            Maturity::Beta => "BETA",
         }
     }
 }
@@ -183,6 +206,27 @@ impl FeatureGates {
     /// Whether the gate is on (etcd's default unless it was set).
     pub fn enabled(&self, gate: Gate) -> bool {
         self.enabled.get(&gate).copied().unwrap_or(false)
+    }
+
+    /// Every gate etcd's feature gate knows, `AllAlpha` and `AllBeta` included, with
+    /// its stage and value (what `addFeatureGateMetrics` exports).
+    pub fn each(&self) -> Vec<GateState> {
+        let all = [
+            (ALL_ALPHA, Maturity::Alpha, self.all_alpha),
+            (ALL_BETA, Maturity::Beta, self.all_beta),
+        ];
+        all.into_iter()
+            .chain(
+                GATES
+                    .iter()
+                    .map(|s| (s.name, s.maturity, self.enabled(s.gate))),
+            )
+            .map(|(name, maturity, enabled)| GateState {
+                name,
+                stage: maturity.stage(),
+                enabled,
+            })
+            .collect()
     }
 
     /// Every gate as `Name=bool`, sorted, as etcd's `featureGate.String()` shows them.
@@ -198,11 +242,11 @@ impl FeatureGates {
 
 /// The gates set so far, as component-base keeps them: the names set explicitly (or by
 /// `AllAlpha`/`AllBeta`) and their values.
-struct GateState {
+struct SetGates {
     set: BTreeMap<&'static str, bool>,
 }
 
-impl GateState {
+impl SetGates {
     fn enabled(&self, spec: &GateSpec) -> bool {
         self.set.get(spec.name).copied().unwrap_or(spec.default)
     }
@@ -270,7 +314,7 @@ pub(super) fn resolve(
         None => BTreeMap::new(),
         Some(setting) => parse_feature_gates(&setting.value).map_err(|r| setting.invalid(r))?,
     };
-    let mut state = GateState {
+    let mut state = SetGates {
         set: BTreeMap::new(),
     };
     for (name, enabled) in &explicit {
@@ -337,6 +381,8 @@ pub(super) fn resolve(
     }
     let gates = FeatureGates {
         enabled: GATES.iter().map(|s| (s.gate, state.enabled(s))).collect(),
+        all_alpha: explicit.get(ALL_ALPHA).copied().unwrap_or(false),
+        all_beta: explicit.get(ALL_BETA).copied().unwrap_or(false),
     };
     let checkpoint = gates.enabled(Gate::LeaseCheckpoint);
     let persist = gates.enabled(Gate::LeaseCheckpointPersist);
@@ -377,6 +423,34 @@ mod tests {
         resolve(&lookup_of(pairs), GateSource::CommandLine, &mut warnings)
             .map(|g| (g, warnings))
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn each_gate_shows_with_its_stage_as_etcds_metric_does() {
+        let (g, _) = gates(&[("feature-gates", "AllBeta=true,InitialCorruptCheck=true")]).unwrap();
+        let each = g.each();
+        assert_eq!(each.len(), GATES.len() + 2);
+        let find = |name: &str| *each.iter().find(|s| s.name == name).unwrap();
+        assert_eq!(
+            find("AllAlpha"),
+            GateState {
+                name: "AllAlpha",
+                stage: "ALPHA",
+                enabled: false
+            }
+        );
+        assert_eq!(
+            find("AllBeta"),
+            GateState {
+                name: "AllBeta",
+                stage: "BETA",
+                enabled: true
+            }
+        );
+        assert!(find("InitialCorruptCheck").enabled);
+        assert_eq!(find("InitialCorruptCheck").stage, "ALPHA");
+        assert!(find("TxnModeWriteWithSharedBuffer").enabled);
+        assert!(!find("CompactHashCheck").enabled);
     }
 
     #[test]

@@ -56,7 +56,7 @@ pub use self::auth::{
 pub use self::cli::ETCD_API_VERSION;
 pub use self::compaction::{AutoCompaction, DEFAULT_REVISION_COMPACTION_INTERVAL};
 pub use self::error::ConfigError;
-pub use self::gates::{FeatureGates, Gate};
+pub use self::gates::{FeatureGates, Gate, GateState};
 pub use self::logs::{LogFormat, LogLevel, LogOutput, LogSettings};
 pub use self::tls::{CipherSuite, TlsInfo, TlsPolicy, TlsSettings, TlsVersion};
 pub use self::values::{ClusterMember, ClusterState};

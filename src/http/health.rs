@@ -148,6 +148,14 @@ impl Probe {
         }
     }
 
+    /// etcd's name of the kind of check (the `type` label of its health metrics).
+    pub fn kind(self) -> &'static str {
+        match self {
+            Probe::Livez => "livez",
+            Probe::Readyz => "readyz",
+        }
+    }
+
     pub fn checks(self) -> &'static [&'static str] {
         match self {
             Probe::Livez => &["serializable_read"],
@@ -209,7 +217,9 @@ pub async fn probe(
     let mut report = String::new();
     let mut failed = false;
     for check in checks {
-        match run_check(&node, check).await {
+        let outcome = run_check(&node, check).await;
+        crate::metrics::server::health_check_ran(probe.kind(), check, outcome.is_ok());
+        match outcome {
             Ok(()) => report.push_str(&format!("[+]{check} ok\n")),
             Err(error) => {
                 failed = true;

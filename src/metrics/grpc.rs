@@ -7,6 +7,8 @@
 //! `grpc_server_handling_seconds` (etcd has it with `--metrics=extensive` only), and
 //! etcd's `etcd_network_client_grpc_{received,sent}_bytes_total` (message bytes) and
 //! `etcd_server_client_requests_total` (by kind and the client's `client-api-version`).
+//! Also etcd's `etcd_network_server_stream_failures_total`, counted by the Watch and
+//! LeaseKeepAlive streams themselves ([`stream_receive_failed`]).
 //!
 //! Series exist for every method the client port serves, every code at zero, as
 //! go-grpc-prometheus pre-registers them; a path no service serves is not counted.
@@ -21,12 +23,9 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use prometheus::core::Collector;
-use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
-};
+use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, Registry};
+use quantykube_raft::metrics::{counter, counter_vec, histogram_vec};
 use tokio::time::Instant;
-
-use super::server::malformed;
 
 /// gRPC's codes by number, named as grpc-go's `codes.Code.String()` names them.
 pub const CODE_NAMES: [&str; 17] = [
@@ -126,10 +125,6 @@ pub const METHODS: [(&str, &str, &str); 61] = [
 
 const LABELS: [&str; 3] = ["grpc_type", "grpc_service", "grpc_method"];
 
-fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    IntCounterVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| malformed(name, e))
-}
-
 static STARTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     counter_vec(
         "grpc_server_started_total",
@@ -159,31 +154,32 @@ static SENT: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 static HANDLING: LazyLock<HistogramVec> = LazyLock::new(|| {
-    let name = "grpc_server_handling_seconds";
-    HistogramVec::new(
-        HistogramOpts::new(
-            name,
-            "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
-        ),
+    histogram_vec(
+        "grpc_server_handling_seconds",
+        "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
         &LABELS,
+        prometheus::DEFAULT_BUCKETS.to_vec(),
     )
-    .unwrap_or_else(|e| malformed(name, e))
 });
 static RECEIVED_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
-    let name = "etcd_network_client_grpc_received_bytes_total";
-    IntCounter::with_opts(Opts::new(
-        name,
+    counter(
+        "etcd_network_client_grpc_received_bytes_total",
         "The total number of bytes received from grpc clients.",
-    ))
-    .unwrap_or_else(|e| malformed(name, e))
+    )
 });
 static SENT_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
-    let name = "etcd_network_client_grpc_sent_bytes_total";
-    IntCounter::with_opts(Opts::new(
-        name,
+    counter(
+        "etcd_network_client_grpc_sent_bytes_total",
         "The total number of bytes sent to grpc clients.",
-    ))
-    .unwrap_or_else(|e| malformed(name, e))
+    )
+});
+
+static STREAM_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "etcd_network_server_stream_failures_total",
+        "The total number of stream failures from the local server.",
+        &["Type", "API"],
+    )
 });
 
 static CLIENT_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -254,9 +250,54 @@ static RPCS: LazyLock<Vec<Rpc>> = LazyLock::new(|| {
         .collect()
 });
 
+/// The client streams etcd counts the failures of, by its `API` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamApi {
+    Watch,
+    LeaseKeepAlive,
+}
+
+impl StreamApi {
+    fn label(self) -> &'static str {
+        match self {
+            StreamApi::Watch => "watch",
+            StreamApi::LeaseKeepAlive => "lease-keepalive",
+        }
+    }
+}
+
+/// A client stream's next request could not be received: counts it if it is the
+/// server's failure, and says whether it is (the stream then ends with that status, as
+/// etcd's does). As etcd, a stream the client ended (cancelled, past its deadline, or
+/// its connection or stream torn down: a status carrying the transport's error) is not
+/// a failure; one whose message did not decode or was too large is.
+pub fn stream_receive_failed(api: StreamApi, status: &tonic::Status) -> bool {
+    let failed = is_receive_failure(status);
+    if failed {
+        tracing::warn!(api = api.label(), error = %status.message(), "failed to receive a request from a gRPC stream");
+        STREAM_FAILURES
+            .with_label_values(&["receive", api.label()])
+            .inc();
+    }
+    failed
+}
+
+/// Whether an error of a request stream is the server's failure to receive, not the
+/// client going away: the transport's errors carry their source (hyper's, h2's), the
+/// codec's own (decode, size limit) do not.
+fn is_receive_failure(status: &tonic::Status) -> bool {
+    use std::error::Error;
+    let ended_by_client = matches!(
+        status.code(),
+        tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+    );
+    !ended_by_client && status.source().is_none()
+}
+
 pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
     LazyLock::force(&RPCS);
-    let collectors: [Box<dyn Collector>; 8] = [
+    let collectors: [Box<dyn Collector>; 9] = [
+        Box::new(STREAM_FAILURES.clone()),
         Box::new(CLIENT_REQUESTS.clone()),
         Box::new(STARTED.clone()),
         Box::new(HANDLED.clone()),
@@ -551,6 +592,34 @@ impl<B: Body<Data = Bytes>> Body for MeteredBody<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_what_the_codec_refused_is_a_receive_failure() {
+        let undecodable = tonic::Status::internal("failed to decode Protobuf message");
+        assert!(is_receive_failure(&undecodable));
+        let too_large = tonic::Status::out_of_range("Error, decoded message length too large");
+        assert!(is_receive_failure(&too_large));
+        // The client's connection went: the transport's error rides along as the source.
+        let torn_down = tonic::Status::from_error(Box::new(std::io::Error::other("reset")));
+        assert!(!is_receive_failure(&torn_down));
+        assert!(!is_receive_failure(&tonic::Status::cancelled(
+            "client went away"
+        )));
+        assert!(!is_receive_failure(&tonic::Status::deadline_exceeded(
+            "too late"
+        )));
+        assert!(stream_receive_failed(StreamApi::Watch, &undecodable));
+        let counted = STREAM_FAILURES
+            .with_label_values(&["receive", "watch"])
+            .get();
+        assert!(!stream_receive_failed(StreamApi::Watch, &torn_down));
+        assert_eq!(
+            STREAM_FAILURES
+                .with_label_values(&["receive", "watch"])
+                .get(),
+            counted
+        );
+    }
 
     #[test]
     fn frames_are_counted_across_chunk_boundaries() {

@@ -51,6 +51,7 @@ fn register_all(registry: &Registry) -> prometheus::Result<()> {
     runtime::register(registry)?;
     inert::register(registry)?;
     crate::store::metrics::register(registry)?;
+    crate::node::metrics::register(registry)?;
     quantykube_raft::metrics::register(registry)
 }
 

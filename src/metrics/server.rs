@@ -11,22 +11,9 @@ use std::sync::LazyLock;
 
 use openraft::async_runtime::WatchReceiver;
 use prometheus::core::Collector;
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
+use quantykube_raft::metrics::{counter, counter_vec, gauge, gauge_vec};
 use quantykube_raft::{NodeId, TypeConfig};
-
-fn gauge(name: &str, help: &str) -> IntGauge {
-    IntGauge::with_opts(Opts::new(name, help)).unwrap_or_else(|e| malformed(name, e))
-}
-
-fn counter(name: &str, help: &str) -> IntCounter {
-    IntCounter::with_opts(Opts::new(name, help)).unwrap_or_else(|e| malformed(name, e))
-}
-
-fn labelled_gauge(name: &str, help: &str, label: &str) -> IntGaugeVec {
-    IntGaugeVec::new(Opts::new(name, help), &[label]).unwrap_or_else(|e| malformed(name, e))
-}
-
-pub(crate) use quantykube_raft::metrics::malformed;
 
 static HAS_LEADER: LazyLock<IntGauge> = LazyLock::new(|| {
     gauge(
@@ -73,24 +60,24 @@ static QUOTA_BACKEND_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
     )
 });
 static SERVER_ID: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    labelled_gauge(
+    gauge_vec(
         "etcd_server_id",
         "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.",
-        "server_id",
+        &["server_id"],
     )
 });
 static VERSION: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    labelled_gauge(
+    gauge_vec(
         "etcd_server_version",
         "Which version is running. 1 for 'server_version' label with current version.",
-        "server_version",
+        &["server_version"],
     )
 });
 static CLUSTER_VERSION: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    labelled_gauge(
+    gauge_vec(
         "etcd_cluster_version",
         "Which version is running. 1 for 'cluster_version' label with current cluster version",
-        "cluster_version",
+        &["cluster_version"],
     )
 });
 static HEALTH_SUCCESS: LazyLock<IntCounter> = LazyLock::new(|| {
@@ -112,17 +99,38 @@ static LEARNER_PROMOTE_SUCCESSES: LazyLock<IntCounter> = LazyLock::new(|| {
     )
 });
 static LEARNER_PROMOTE_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    quantykube_raft::metrics::counter_vec(
+    counter_vec(
         "etcd_server_learner_promote_failures",
         "The total number of failed learner promotions (likely learner not ready) while this member is leader.",
         &["Reason"],
     )
 });
 static KNOWN_PEERS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    quantykube_raft::metrics::gauge_vec(
+    gauge_vec(
         "etcd_network_known_peers",
         "The current number of known peers.",
         &["Local", "Remote"],
+    )
+});
+static HEALTHCHECK: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    gauge_vec(
+        "etcd_server_healthcheck",
+        "The result of each kind of healthcheck.",
+        &["type", "name"],
+    )
+});
+static HEALTHCHECKS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "etcd_server_healthchecks_total",
+        "The total number of each kind of healthcheck.",
+        &["type", "name", "status"],
+    )
+});
+static FEATURE_ENABLED: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    gauge_vec(
+        "etcd_server_feature_enabled",
+        "Whether or not a feature is enabled. 1 is enabled, 0 is not.",
+        &["name", "stage"],
     )
 });
 static LEASE_EXPIRED: LazyLock<IntCounter> = LazyLock::new(|| {
@@ -133,7 +141,10 @@ static LEASE_EXPIRED: LazyLock<IntCounter> = LazyLock::new(|| {
 });
 
 pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
-    let collectors: [Box<dyn Collector>; 16] = [
+    let collectors: [Box<dyn Collector>; 19] = [
+        Box::new(HEALTHCHECK.clone()),
+        Box::new(HEALTHCHECKS.clone()),
+        Box::new(FEATURE_ENABLED.clone()),
         Box::new(KNOWN_PEERS.clone()),
         Box::new(CLUSTER_VERSION.clone()),
         Box::new(HEALTH_SUCCESS.clone()),
@@ -168,6 +179,29 @@ pub fn health_checked(healthy: bool) {
         HEALTH_SUCCESS.inc();
     } else {
         HEALTH_FAILURES.inc();
+    }
+}
+
+/// One check of `/livez` or `/readyz` ran (`probe`: `livez` or `readyz`; `check`: its
+/// name, as `serializable_read`): etcd 3.6's gauge of its last result and count of
+/// results.
+pub fn health_check_ran(probe: &str, check: &str, passed: bool) {
+    HEALTHCHECK
+        .with_label_values(&[probe, check])
+        .set(i64::from(passed));
+    let status = if passed { "success" } else { "error" };
+    HEALTHCHECKS
+        .with_label_values(&[probe, check, status])
+        .inc();
+}
+
+/// The member's feature gates, each 1 if on (etcd's `addFeatureGateMetrics`, once at
+/// start).
+pub fn show_feature_gates(gates: &crate::config::FeatureGates) {
+    for gate in gates.each() {
+        FEATURE_ENABLED
+            .with_label_values(&[gate.name, gate.stage])
+            .set(i64::from(gate.enabled));
     }
 }
 

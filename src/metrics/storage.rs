@@ -17,19 +17,30 @@ use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, PullingGauge, Registry
 use prometheus::Histogram;
 use quantykube_raft::metrics::{counter, disk_buckets, gauge, histogram};
 
-use super::server::malformed;
 use crate::store::RevisionStore;
 
 static WATCH_STREAMS: LazyLock<IntGauge> = LazyLock::new(|| {
-    let name = "etcd_debugging_mvcc_watch_stream_total";
-    IntGauge::with_opts(Opts::new(name, "Total number of watch streams."))
-        .unwrap_or_else(|e| malformed(name, e))
+    gauge(
+        "etcd_debugging_mvcc_watch_stream_total",
+        "Total number of watch streams.",
+    )
 });
 
 static WATCHERS: LazyLock<IntGauge> = LazyLock::new(|| {
-    let name = "etcd_debugging_mvcc_watcher_total";
-    IntGauge::with_opts(Opts::new(name, "Total number of watchers."))
-        .unwrap_or_else(|e| malformed(name, e))
+    gauge(
+        "etcd_debugging_mvcc_watcher_total",
+        "Total number of watchers.",
+    )
+});
+
+/// Events handed to a watch stream's queue and not yet taken by the gRPC stream that
+/// sends them (etcd's: handed to a watcher's channel, not yet received by its send
+/// loop).
+static PENDING_EVENTS: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "etcd_debugging_mvcc_pending_events_total",
+        "Total number of pending events to be sent.",
+    )
 });
 
 static EVENTS_SENT: LazyLock<IntCounter> = LazyLock::new(|| {
@@ -86,12 +97,10 @@ pub enum WatchSend {
 }
 
 static WATCH_CATCH_UPS: LazyLock<IntCounter> = LazyLock::new(|| {
-    let name = "quantykube_watch_catch_up_pages_total";
-    IntCounter::with_opts(Opts::new(
-        name,
+    counter(
+        "quantykube_watch_catch_up_pages_total",
         "Pages of history read for watchers behind the live feed (new watches from a past revision, and slow watchers moved back to catching up).",
-    ))
-    .unwrap_or_else(|e| malformed(name, e))
+    )
 });
 
 /// The store the scrape-time gauges read; weak, so that a stopped member's store closes.
@@ -167,6 +176,7 @@ pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
     let collectors: Vec<Box<dyn Collector>> = vec![
         Box::new(WATCH_STREAMS.clone()),
         Box::new(WATCHERS.clone()),
+        Box::new(PENDING_EVENTS.clone()),
         Box::new(WATCH_CATCH_UPS.clone()),
         Box::new(EVENTS_SENT.clone()),
         Box::new(WATCH_SEND_LOOP[0].clone()),
@@ -259,6 +269,17 @@ pub fn watch_sent(kind: WatchSend, elapsed: std::time::Duration) {
         WatchSend::Control => WATCH_SEND_LOOP[2].observe(seconds),
         WatchSend::Progress => WATCH_SEND_LOOP[3].observe(seconds),
     }
+}
+
+/// `n` events were queued for a watch stream's client (they count as pending until
+/// [`events_taken`]).
+pub fn events_queued(n: usize) {
+    PENDING_EVENTS.add(i64::try_from(n).unwrap_or(i64::MAX));
+}
+
+/// `n` queued events were taken off a stream's queue: sent, or dropped with the stream.
+pub fn events_taken(n: usize) {
+    PENDING_EVENTS.sub(i64::try_from(n).unwrap_or(i64::MAX));
 }
 
 /// `n` events went out to watchers.

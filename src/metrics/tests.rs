@@ -241,6 +241,7 @@ const SERIES_MADE_ELSEWHERE: &[&str] = &[
     "etcd_network_known_peers",
     "etcd_network_peer_round_trip_time_seconds",
     "etcd_network_peer_sent_failures_total",
+    "etcd_network_peer_received_failures_total",
     "etcd_network_active_peers",
     "etcd_network_snapshot_send_success",
     "etcd_network_snapshot_send_failures",
@@ -274,7 +275,23 @@ fn every_family_etcd_declares_is_exported_with_its_type_labels_help_and_buckets(
         "can only promote a learner member which is in sync with leader",
     ));
     grpc::count_client_request(false, None);
-    crate::store::metrics::applied("Put", true, Duration::from_micros(300));
+    crate::store::metrics::applied(
+        crate::store::RequestType::Put,
+        true,
+        Duration::from_micros(300),
+    );
+    crate::store::metrics::ranged(true, Duration::from_micros(30));
+    crate::node::metrics::request_finished(
+        crate::store::RequestType::Range,
+        true,
+        Duration::from_micros(40),
+    );
+    server::health_check_ran("readyz", "linearizable_read", true);
+    server::show_feature_gates(&crate::config::FeatureGates::default());
+    let _ = grpc::stream_receive_failed(
+        grpc::StreamApi::Watch,
+        &tonic::Status::internal("failed to decode Protobuf message"),
+    );
     inert::show_every_family();
     quantykube_raft::metrics::peer_exchanged("8e9e05c52164694d", 1, 1);
     let served = rendered();

@@ -10,6 +10,7 @@
 
 mod error;
 mod leadership;
+pub mod metrics;
 mod propose;
 
 use std::path::PathBuf;

@@ -1,15 +1,18 @@
 //! Writes through the log: admission (`--max-request-bytes`, `--quota-backend-bytes`),
 //! replication, and what applying produced; alarms raised through the log.
 
+use std::time::Instant;
+
 use prost::Message;
 use quantykube_raft::{Command as RaftCommand, NodeId};
 
-use super::{Node, NodeError};
+use super::{metrics, Node, NodeError};
 use crate::proto::command::command::Request as CommandRequest;
 use crate::proto::command::command_result::Result as Outcome;
 use crate::proto::command::{Command, CommandResult};
 use crate::proto::etcdserverpb::alarm_request::AlarmAction;
 use crate::proto::etcdserverpb::{AlarmMember, AlarmRequest, AlarmType};
+use crate::store::RequestType;
 
 impl Node {
     /// Replicates one write through raft and returns what applying it produced.
@@ -25,6 +28,13 @@ impl Node {
     /// Replicates one command (a client's, stamped with the auth revision it was
     /// authorised at: see `api::authorized`) and returns what applying it produced.
     pub async fn propose_command(&self, command: &Command) -> Result<Option<Outcome>, NodeError> {
+        let started = Instant::now();
+        let outcome = self.admit_and_replicate(command).await;
+        metrics::request_finished(RequestType::of(command), outcome.is_ok(), started.elapsed());
+        outcome
+    }
+
+    async fn admit_and_replicate(&self, command: &Command) -> Result<Option<Outcome>, NodeError> {
         let encoded = command.encode_to_vec();
         if encoded.len() > self.parts.limits.max_request_bytes {
             return Err(NodeError::TooLarge);
@@ -96,7 +106,10 @@ impl Node {
                 alarm: alarm.into(),
             })),
         };
-        if let Err(error) = self.replicate(raise.encode_to_vec()).await {
+        let started = Instant::now();
+        let raised = self.replicate(raise.encode_to_vec()).await;
+        metrics::request_finished(RequestType::Alarm, raised.is_ok(), started.elapsed());
+        if let Err(error) = raised {
             tracing::warn!(alarm = alarm.as_str_name(), member_id = %format!("{member_id:x}"), %error, "failed to raise an alarm");
         }
     }

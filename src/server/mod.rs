@@ -173,7 +173,7 @@ where
         servers.serve_metrics(&node, metrics);
     }
     let mut tasks = tasks::Tasks::new();
-    let health = tasks.start_observers(&node, config.election_timeout);
+    let health = tasks.start_observers(&node, &config);
 
     // Like etcd, serve clients only once this member has published its name and client
     // URLs to the cluster, so that MemberList never shows a serving member as unstarted.

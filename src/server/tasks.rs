@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::task::JoinSet;
 use tonic_health::pb::health_server::{Health, HealthServer};
@@ -36,8 +35,10 @@ impl Tasks {
     pub(super) fn start_observers(
         &mut self,
         node: &Arc<Node>,
-        election_timeout: Duration,
+        config: &Config,
     ) -> HealthServer<impl Health> {
+        let election_timeout = config.election_timeout;
+        crate::metrics::server::show_feature_gates(&config.feature_gates);
         self.spawn("metrics", crate::metrics::follow(node.clone()));
         let (reporter, service) = tonic_health::server::health_reporter();
         let (verdicts, serving) = tokio::sync::watch::channel(None);

@@ -19,6 +19,8 @@ use quantykube_raft::metrics::{
     counter, disk_buckets, exponential, gauge, histogram, histogram_vec,
 };
 
+use super::request_type::{PerRequestType, RequestType};
+
 static BACKEND_COMMIT: LazyLock<Histogram> = LazyLock::new(|| {
     histogram(
         "etcd_disk_backend_commit_duration_seconds",
@@ -195,6 +197,23 @@ static APPLY_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
         exponential(0.0001, 2.0, 20),
     )
 });
+/// [`APPLY_DURATION`]'s series, resolved once: applying records by index.
+static APPLY_SERIES: LazyLock<PerRequestType<Histogram>> = LazyLock::new(|| {
+    PerRequestType::new(|kind, success| {
+        APPLY_DURATION.with_label_values(&["v3", kind.name(), success_label(success)])
+    })
+});
+static RANGE_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
+    histogram_vec(
+        "etcd_server_range_duration_seconds",
+        "The latency distributions of txn.Range",
+        &["success"],
+        exponential(0.0001, 2.0, 20),
+    )
+});
+static RANGE_SERIES: LazyLock<[Histogram; 2]> = LazyLock::new(|| {
+    [false, true].map(|success| RANGE_DURATION.with_label_values(&[success_label(success)]))
+});
 static SLOW_APPLIES: LazyLock<IntCounter> = LazyLock::new(|| {
     counter(
         "etcd_server_slow_apply_total",
@@ -216,6 +235,23 @@ static SNAPSHOT_SAVE: LazyLock<Histogram> = LazyLock::new(|| {
     )
 });
 
+// etcd's snapshotter marshals the raft snapshot and fsyncs its file; here the store's
+// snapshot file is written (the marshalling) and then synced.
+static SNAPSHOT_MARSHALLING: LazyLock<Histogram> = LazyLock::new(|| {
+    histogram(
+        "etcd_debugging_snap_save_marshalling_duration_seconds",
+        "The marshalling cost distributions of save called by snapshot.",
+        disk_buckets(),
+    )
+});
+static SNAPSHOT_FSYNC: LazyLock<Histogram> = LazyLock::new(|| {
+    histogram(
+        "etcd_snap_fsync_duration_seconds",
+        "The latency distributions of fsync called by snap.",
+        disk_buckets(),
+    )
+});
+
 /// etcd's `warningApplyDuration`: an apply slower than this is counted as slow.
 const SLOW_APPLY: Duration = Duration::from_millis(100);
 
@@ -228,10 +264,13 @@ pub fn register(registry: &Registry) -> prometheus::Result<()> {
             [Box::new(o.current.clone()), Box::new(o.debugging.clone())]
         })
         .collect();
-    collectors.extend::<[Box<dyn Collector>; 23]>([
+    collectors.extend::<[Box<dyn Collector>; 26]>([
         Box::new(SNAPSHOT_APPLYING.clone()),
         Box::new(SNAPSHOT_SAVE.clone()),
         Box::new(APPLY_DURATION.clone()),
+        Box::new(RANGE_DURATION.clone()),
+        Box::new(SNAPSHOT_MARSHALLING.clone()),
+        Box::new(SNAPSHOT_FSYNC.clone()),
         Box::new(SLOW_APPLIES.clone()),
         Box::new(BACKEND_COMMIT.clone()),
         Box::new(BACKEND_COMMIT_WRITE.clone()),
@@ -266,15 +305,30 @@ pub fn backend_committed(elapsed: Duration) {
     BACKEND_COMMIT_WRITE.observe(elapsed.as_secs_f64());
 }
 
-/// One command was applied in `elapsed`: `op` is etcd's name of its request
+/// One command was applied in `elapsed`: `kind` is etcd's name of its request
 /// (`Put`, `Txn`, `AuthUserAdd`...), `success` whether it changed the store or failed
 /// only as etcd counts a success too (a compacted revision).
-pub fn applied(op: &'static str, success: bool, elapsed: Duration) {
-    APPLY_DURATION
-        .with_label_values(&["v3", op, if success { "true" } else { "false" }])
-        .observe(elapsed.as_secs_f64());
+pub fn applied(kind: RequestType, success: bool, elapsed: Duration) {
+    if let Some(series) = APPLY_SERIES.get(kind, success) {
+        series.observe(elapsed.as_secs_f64());
+    }
     if elapsed > SLOW_APPLY {
         SLOW_APPLIES.inc();
+    }
+}
+
+/// One Range ran against the store in `elapsed` (etcd's `txn.Range`: the read alone,
+/// without the wait for a read index).
+pub fn ranged(success: bool, elapsed: Duration) {
+    RANGE_SERIES[usize::from(success)].observe(elapsed.as_secs_f64());
+}
+
+/// etcd's spelling of a `success` label.
+pub fn success_label(success: bool) -> &'static str {
+    if success {
+        "true"
+    } else {
+        "false"
     }
 }
 
@@ -380,6 +434,12 @@ impl Drop for SnapshotApplying {
 /// `elapsed`: etcd's snapshotter save.
 pub fn snapshot_saved(elapsed: Duration) {
     SNAPSHOT_SAVE.observe(elapsed.as_secs_f64());
+}
+
+/// The store's snapshot file was written in `writing` and synced in `syncing`.
+pub fn snapshot_written(writing: Duration, syncing: Duration) {
+    SNAPSHOT_MARSHALLING.observe(writing.as_secs_f64());
+    SNAPSHOT_FSYNC.observe(syncing.as_secs_f64());
 }
 
 /// A snapshot of the store was streamed out in `elapsed`.

@@ -30,6 +30,7 @@ pub mod metrics;
 mod packed;
 mod range;
 mod range_stream;
+mod request_type;
 mod size;
 mod snapshot;
 pub mod snapshot_records;
@@ -55,6 +56,7 @@ pub use lease::LeaseRecord;
 pub use meta::{read_applied, read_member_attributes, read_removed_members, AppliedState};
 pub use range::in_range;
 pub use range_stream::{chunk_budget, RangeStream};
+pub use request_type::{PerRequestType, RequestType};
 pub use snapshot::{
     keep_received_snapshot, read_snapshot_meta, verify_transfer_file, InstallUnderWay, SnapshotInfo,
 };
@@ -273,9 +275,12 @@ impl RevisionStore {
     /// A Range as etcd answers it, against one consistent snapshot of the store. The
     /// header carries only the revision; the caller fills in the rest.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
+        let started = std::time::Instant::now();
         let snapshot = self.db.snapshot();
-        let reader = range::Reader::new(self, &snapshot)?;
-        let response = range::range(&reader, reader.revisions(), req, None)?;
+        let response = range::Reader::new(self, &snapshot)
+            .and_then(|reader| range::range(&reader, reader.revisions(), req, None));
+        metrics::ranged(response.is_ok(), started.elapsed());
+        let response = response?;
         metrics::OperationCounts {
             ranges: 1,
             ..Default::default()

@@ -218,6 +218,7 @@ impl RevisionStore {
             return Ok(None);
         }
         let staging = dir.join(EXPORT_STAGING);
+        let started = std::time::Instant::now();
         let mut out = Summed {
             out: BufWriter::new(File::create(&staging)?),
             digest: CASTAGNOLI.digest(),
@@ -248,7 +249,9 @@ impl RevisionStore {
         file.write_all(&len.to_be_bytes())?;
         file.write_all(&digest.finalize().to_be_bytes())?;
         let file = file.into_inner().map_err(|e| e.into_error())?;
+        let syncing = std::time::Instant::now();
         file.sync_all()?;
+        super::metrics::snapshot_written(syncing - started, syncing.elapsed());
         let path = transfer_file(dir, &meta);
         durable::rename(&staging, &path)?;
         tracing::info!(path = %path.display(), "exported snapshot for transfer");

@@ -26,6 +26,7 @@ use super::lease::LeaseRecord;
 use super::meta::{self, Revisions};
 use super::metrics::OperationCounts;
 use super::range::{self, Overlay, PendingVersion, Reader};
+use super::request_type::RequestType;
 use super::txn::{self, Path};
 use super::{
     alarm, member_records, snapshot_records, RevisionStore, StoreError, CF_HISTORY, CF_KV,
@@ -402,41 +403,6 @@ impl<'a> WriteTxn<'a> {
     }
 }
 
-/// etcd's name of a command's request in `etcd_server_apply_duration_seconds`.
-fn operation_name(command: &Command) -> &'static str {
-    use crate::proto::command::auth_command::Request as Auth;
-    match &command.request {
-        Some(CommandRequest::Put(_)) => "Put",
-        Some(CommandRequest::DeleteRange(_)) => "DeleteRange",
-        Some(CommandRequest::Txn(_)) => "Txn",
-        Some(CommandRequest::Compaction(_)) => "Compaction",
-        Some(CommandRequest::LeaseGrant(_)) => "LeaseGrant",
-        Some(CommandRequest::LeaseRevoke(_) | CommandRequest::LeaseExpiry(_)) => "LeaseRevoke",
-        Some(CommandRequest::LeaseCheckpoint(_)) => "LeaseCheckpoint",
-        Some(CommandRequest::Alarm(_)) => "Alarm",
-        Some(CommandRequest::PublishMember(_)) => "ClusterMemberAttrSet",
-        Some(CommandRequest::Auth(auth)) => match &auth.request {
-            Some(Auth::Enable(_)) => "AuthEnable",
-            Some(Auth::Disable(_)) => "AuthDisable",
-            Some(Auth::Authenticate(_)) => "Authenticate",
-            Some(Auth::UserAdd(_)) => "AuthUserAdd",
-            Some(Auth::UserDelete(_)) => "AuthUserDelete",
-            Some(Auth::UserChangePassword(_)) => "AuthUserChangePassword",
-            Some(Auth::UserGrantRole(_)) => "AuthUserGrantRole",
-            Some(Auth::UserRevokeRole(_)) => "AuthUserRevokeRole",
-            Some(Auth::RoleAdd(_)) => "AuthRoleAdd",
-            Some(Auth::RoleDelete(_)) => "AuthRoleDelete",
-            Some(Auth::RoleGrantPermission(_)) => "AuthRoleGrantPermission",
-            Some(Auth::RoleRevokePermission(_)) => "AuthRoleRevokePermission",
-            None => "unknown",
-        },
-        // The admin API's records: QuantyKube's own commands.
-        Some(CommandRequest::SyncMemberRecords(_)) => "SyncMemberRecords",
-        Some(CommandRequest::ChangeSnapshotRecord(_)) => "ChangeSnapshotRecord",
-        None => "unknown",
-    }
-}
-
 fn header(revision: i64) -> ResponseHeader {
     ResponseHeader {
         revision,
@@ -589,7 +555,7 @@ impl<'s> ApplyBatch<'s> {
             }
         };
         let succeeded = matches!(&applied, Ok(_) | Err(StoreError::Compacted));
-        super::metrics::applied(operation_name(command), succeeded, started.elapsed());
+        super::metrics::applied(RequestType::of(command), succeeded, started.elapsed());
         let outcome = match applied {
             Ok(result) => {
                 txn.finish();

@@ -56,6 +56,7 @@ mod membership_errors;
 mod membership_learners;
 mod metrics;
 mod metrics_catalogue;
+mod metrics_counts;
 mod quantykube_surface;
 mod range_stream;
 mod request_limits;

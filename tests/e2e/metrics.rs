@@ -128,7 +128,7 @@ pub(crate) async fn scrape(url: &str) -> Exposition {
 }
 
 /// Scrapes until `done` holds (or panics with `what` after `timeout`).
-async fn scrape_until(
+pub(crate) async fn scrape_until(
     url: &str,
     timeout: Duration,
     what: &str,

@@ -53,8 +53,17 @@ fn mtls_cluster(pki: &Pki, count: usize) -> ClusterOptions {
 
 /// Waits up to 10 s for member `i`'s log, after `offset`, to hold a line that contains
 /// every string of `all` (case-insensitively); panics with the new log text otherwise.
-async fn assert_logged(cluster: &Cluster, i: usize, offset: u64, all: &[&str], what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// Waits until member `i` has logged, after `offset`, a line holding every one of `all`
+/// (case aside). Bounded generously (20 s): a refused client retries and the member
+/// logs each refusal, so the line comes with the first attempt on any machine.
+pub(crate) async fn assert_logged(
+    cluster: &Cluster,
+    i: usize,
+    offset: u64,
+    all: &[&str],
+    what: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let text = log_since(&cluster.log_path(i), offset);
         let found = text.lines().any(|line| {

@@ -11,16 +11,13 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use rcgen::{
     date_time_ymd, BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
     SanType,
 };
 
-use crate::harness::{
-    etcdctl_raw, log_since, loopback_ip, ClientTls, Cluster, ClusterOptions, Target,
-};
+use crate::harness::{etcdctl_raw, loopback_ip, ClientTls, ClusterOptions, Target};
 
 /// A certificate file and its key file.
 struct Pair {
@@ -87,28 +84,6 @@ async fn etcdctl(endpoint: &str, tls: &[String], args: &[&str]) -> crate::harnes
     let mut all: Vec<&str> = tls.iter().map(String::as_str).collect();
     all.extend_from_slice(args);
     etcdctl_raw(endpoint, &all).await
-}
-
-/// Waits up to 20 s for member `i`'s log after `offset` to hold a line with every one
-/// of `words` (case-insensitively).
-async fn assert_logged(cluster: &Cluster, i: usize, offset: u64, words: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = log_since(&cluster.log_path(i), offset);
-        let found = text.lines().any(|line| {
-            let line = line.to_lowercase();
-            words.iter().all(|w| line.contains(&w.to_lowercase()))
-        });
-        if found {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "member {i} logged no line with all of {words:?} (target {}); new log:\n{text}",
-            cluster.target()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test]
@@ -224,5 +199,12 @@ async fn tls_a_self_signed_anchor_admits_itself_and_what_it_signed_and_nothing_e
             "not one of the trusted CA file's certificates",
         ],
     };
-    assert_logged(&cluster, 0, offset, words).await;
+    crate::tls::assert_logged(
+        &cluster,
+        0,
+        offset,
+        words,
+        "a stranger's self-signed certificate",
+    )
+    .await;
 }

@@ -32,8 +32,13 @@ where
     /// node applies up to the leader's read index. Gives up after the request timeout.
     pub async fn read_barrier(&self) -> Result<(), ReadError> {
         let fenced = self.read_index_then_apply().await;
-        if fenced.is_err() {
-            metrics::read_index_failed();
+        match &fenced {
+            Ok(()) => {}
+            Err(ReadError::Timeout) => {
+                metrics::read_index_failed();
+                metrics::read_index_slow();
+            }
+            Err(_) => metrics::read_index_failed(),
         }
         fenced
     }

@@ -19,9 +19,9 @@ pub use stream::WatchStream;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::metrics::storage as metrics;
 use crate::node::Node;
 use crate::proto::etcdserverpb::watch_server::Watch;
 use crate::proto::etcdserverpb::{WatchRequest, WatchResponse};
@@ -58,6 +58,38 @@ impl Watch for WatchService {
         let caller = crate::auth::Caller::of(&request);
         let stream = WatchStream::new(self.node.clone(), out, self.fragment_bytes, caller)?;
         tokio::spawn(stream.run(request.into_inner()));
-        Ok(Response::new(Box::pin(ReceiverStream::new(responses))))
+        Ok(Response::new(Box::pin(PendingEvents(responses))))
+    }
+}
+
+/// A stream's queue of responses as gRPC takes them: the events of each response
+/// taken, and of those left when the client goes, stop counting as pending
+/// (`etcd_debugging_mvcc_pending_events_total`; the stream task counts them in).
+struct PendingEvents(mpsc::Receiver<Result<WatchResponse, Status>>);
+
+impl futures::Stream for PendingEvents {
+    type Item = Result<WatchResponse, Status>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let next = self.0.poll_recv(cx);
+        if let std::task::Poll::Ready(Some(Ok(response))) = &next {
+            metrics::events_taken(response.events.len());
+        }
+        next
+    }
+}
+
+impl Drop for PendingEvents {
+    fn drop(&mut self) {
+        // Closed first, so that nothing more is queued; then what was queued is dropped.
+        self.0.close();
+        while let Ok(response) = self.0.try_recv() {
+            if let Ok(response) = response {
+                metrics::events_taken(response.events.len());
+            }
+        }
     }
 }

@@ -21,6 +21,7 @@ use tonic::Status;
 use super::watcher::Watcher;
 use crate::api::{authorized, status};
 use crate::auth::{Action, Caller};
+use crate::metrics::grpc::{self as grpc_metrics, StreamApi};
 use crate::metrics::storage as metrics;
 use crate::node::Node;
 use crate::proto::etcdserverpb::watch_request::RequestUnion;
@@ -94,8 +95,14 @@ impl Outbox {
         } else {
             metrics::WatchSend::Progress
         };
+        let events = response.events.len();
+        metrics::events_queued(events);
         let started = Instant::now();
-        let sent = self.out.send(Ok(response)).await.map_err(|_| Stop::Gone);
+        let sent = self.out.send(Ok(response)).await.map_err(|_| {
+            // Never queued: the client's side is gone.
+            metrics::events_taken(events);
+            Stop::Gone
+        });
         metrics::watch_sent(kind, started.elapsed());
         sent
     }
@@ -237,7 +244,14 @@ impl WatchStream {
                     Some(Ok(request)) => self.handle(request).await?,
                     // As etcd, a client that closed its side still gets its events.
                     None => requests_open = false,
-                    Some(Err(_)) => return Err(Stop::Gone),
+                    // A request that did not decode ends the stream with its status.
+                    Some(Err(status)) => {
+                        return Err(if grpc_metrics::stream_receive_failed(StreamApi::Watch, &status) {
+                            Stop::Failed(status)
+                        } else {
+                            Stop::Gone
+                        });
+                    }
                 },
                 changes = self.feed.recv() => match changes {
                     Ok(changes) => self.follow(&changes).await?,
