@@ -57,6 +57,13 @@ pub fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|arg| arg == "admin") {
         return crate::admin::cli::main(std::env::args_os().skip(2));
     }
+    // `quantykube migrate`: a stopped member's data dir to another release's format.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == "migrate")
+    {
+        return crate::migrate::main(std::env::args_os().skip(2));
+    }
     // `quantykube pod start|stop|check`: a member's start logic and hooks in a
     // StatefulSet or compose.
     if std::env::args_os().nth(1).is_some_and(|arg| arg == "pod") {
@@ -108,7 +115,7 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(%error, "member stopped");
-            ExitCode::FAILURE
+            ExitCode::from(error.exit_code())
         }
     }
 }

@@ -15,12 +15,14 @@ pub mod config;
 pub mod corruption;
 pub mod disk;
 pub mod entry;
+pub mod format;
 pub mod http;
 pub mod identity;
 pub mod lessor;
 pub mod logging;
 pub mod membership;
 pub mod metrics;
+pub mod migrate;
 pub mod node;
 pub mod offload;
 #[cfg(feature = "planted-bugs")]

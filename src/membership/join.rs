@@ -51,20 +51,65 @@ impl Start {
     }
 }
 
-/// The identity `member.json` records, if the data dir has one.
-pub fn read_identity(data_dir: &Path) -> Result<Option<Identity>, MembershipError> {
-    match std::fs::read(data_dir.join(IDENTITY_FILE)) {
-        Ok(raw) => serde_json::from_slice(&raw)
-            .map(Some)
-            .map_err(|e| MembershipError::Identity(format!("{IDENTITY_FILE}: {e}"))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(MembershipError::Identity(format!("{IDENTITY_FILE}: {e}"))),
-    }
+/// `member.json` as written: the identity and the format that wrote it (a file without
+/// one is format 1's, which recorded none).
+#[derive(Serialize, Deserialize)]
+struct IdentityFile {
+    #[serde(flatten)]
+    identity: Identity,
+    #[serde(default = "crate::format::unrecorded")]
+    format: u32,
 }
 
-/// Writes the identity durably (temporary file, fsync, rename, fsync of the dir).
+fn read_identity_file(data_dir: &Path) -> Result<Option<IdentityFile>, MembershipError> {
+    let describe =
+        |e: &dyn std::fmt::Display| MembershipError::Identity(format!("{IDENTITY_FILE}: {e}"));
+    let file: IdentityFile = match std::fs::read(data_dir.join(IDENTITY_FILE)) {
+        Ok(raw) => serde_json::from_slice(&raw).map_err(|e| describe(&e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(describe(&e)),
+    };
+    if file.format > crate::format::CURRENT {
+        return Err(describe(&crate::format::newer_file(file.format)));
+    }
+    Ok(Some(file))
+}
+
+/// The identity `member.json` records, if the data dir has one. A file a newer build
+/// wrote is refused.
+pub fn read_identity(data_dir: &Path) -> Result<Option<Identity>, MembershipError> {
+    Ok(read_identity_file(data_dir)?.map(|file| file.identity))
+}
+
+/// Writes the identity durably (temporary file, fsync, rename, fsync of the dir), in
+/// this build's format.
 pub fn write_identity(data_dir: &Path, identity: Identity) -> Result<(), MembershipError> {
-    write_json(data_dir, IDENTITY_FILE, &identity)
+    write_identity_as(data_dir, identity, crate::format::CURRENT)
+}
+
+/// Brings `member.json`, if there is one, to `format` (the file's part of a data dir's
+/// migration: one durable replacement, so a power cut leaves either format); returns
+/// the format it was in.
+pub fn migrate_identity(data_dir: &Path, format: u32) -> Result<Option<u32>, MembershipError> {
+    let Some(file) = read_identity_file(data_dir)? else {
+        return Ok(None);
+    };
+    if file.format != format {
+        write_identity_as(data_dir, file.identity, format)?;
+    }
+    Ok(Some(file.format))
+}
+
+fn write_identity_as(
+    data_dir: &Path,
+    identity: Identity,
+    format: u32,
+) -> Result<(), MembershipError> {
+    if format == crate::format::unrecorded() {
+        // Format 1 recorded no format.
+        return write_json(data_dir, IDENTITY_FILE, &identity);
+    }
+    write_json(data_dir, IDENTITY_FILE, &IdentityFile { identity, format })
 }
 
 fn write_json<T: Serialize>(data_dir: &Path, name: &str, value: &T) -> Result<(), MembershipError> {

@@ -31,6 +31,10 @@ pub use listeners::Incoming;
 pub enum ServerError {
     #[error("store: {0}")]
     Store(#[from] store::StoreError),
+    /// The data dir cannot be opened: a store error, or a format this build must not
+    /// touch.
+    #[error("data dir: {0}")]
+    Disk(#[from] crate::disk::DiskError),
     #[error("raft configuration: {0}")]
     RaftConfig(#[from] quantykube_raft::RaftConfigError),
     #[error("raft: {0}")]
@@ -46,6 +50,23 @@ pub enum ServerError {
     /// `--auth-token`'s keys cannot be used.
     #[error("auth: {0}")]
     Auth(String),
+}
+
+/// The exit code of a member that stopped on a data dir a newer build wrote (1 for
+/// every other failure, as etcd's): a supervisor can tell "roll the binary forward"
+/// from a crash.
+pub const EXIT_NEWER_FORMAT: u8 = 3;
+
+impl ServerError {
+    /// The process's exit code when the member stops on this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ServerError::Disk(crate::disk::DiskError::Format(
+                crate::format::FormatError::Newer { .. },
+            )) => EXIT_NEWER_FORMAT,
+            _ => 1,
+        }
+    }
 }
 
 /// The connections a member serves, by role.

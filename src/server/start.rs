@@ -39,6 +39,7 @@ pub(super) async fn start_member(
     // then takes away whole.
     quantykube_raft::durable::create_dir_all(&config.data_dir)?;
     let databases = crate::disk::open(&config.data_dir, config.wal_dir.as_deref())?;
+    join::migrate_identity(&config.data_dir, crate::format::CURRENT)?;
     let revision_store = Arc::new(RevisionStore::new(databases.store)?);
     revision_store.ensure_latest_index()?;
     let has_data = store::read_applied(&revision_store)?.last_applied.is_some();

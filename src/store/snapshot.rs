@@ -225,7 +225,11 @@ impl RevisionStore {
             len: 0,
         };
         out.write_all(MAGIC)?;
-        let header = serde_json::to_vec(&meta).map_err(|e| StoreError::corrupt(e.to_string()))?;
+        let header = Header {
+            meta: &meta,
+            format: crate::format::CURRENT,
+        };
+        let header = serde_json::to_vec(&header).map_err(|e| StoreError::corrupt(e.to_string()))?;
         write_chunk(&mut out, &header)?;
         for (tag, name) in CARRIED.iter().enumerate() {
             let mut opts = super::total_order();
@@ -427,7 +431,25 @@ fn read_header(input: &mut impl Read) -> Result<SnapshotMeta, StoreError> {
         return Err(StoreError::corrupt("not a QuantyKube snapshot"));
     }
     let header = read_chunk(input)?;
-    serde_json::from_slice(&header).map_err(|e| StoreError::corrupt(e.to_string()))
+    let header: Header<SnapshotMeta> =
+        serde_json::from_slice(&header).map_err(|e| StoreError::corrupt(e.to_string()))?;
+    if header.format > crate::format::CURRENT {
+        return Err(StoreError::corrupt(format!(
+            "snapshot {}",
+            crate::format::newer_file(header.format)
+        )));
+    }
+    Ok(header.meta)
+}
+
+/// A transfer file's header: the raft position it captures and the format of the
+/// store's records it carries (none in format 1's files).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Header<M> {
+    #[serde(flatten)]
+    meta: M,
+    #[serde(default = "crate::format::unrecorded")]
+    format: u32,
 }
 
 /// The newest complete transfer file in `dir`, received or exported.
@@ -511,4 +533,52 @@ pub fn keep_received_snapshot(dir: &Path, received: &Path) -> Result<PathBuf, St
     }
     remove_superseded_snapshots(dir, &meta);
     Ok(target)
+}
+
+#[cfg(test)]
+mod header_tests {
+    use super::*;
+
+    fn file_with_header(header: &[u8]) -> Vec<u8> {
+        let mut file = MAGIC.to_vec();
+        write_chunk(&mut file, header).unwrap();
+        file
+    }
+
+    #[test]
+    fn a_header_records_its_format_and_one_without_is_format_1s() {
+        let meta = SnapshotMeta::default();
+        // As v0.1.0 wrote it: the meta alone.
+        let old = serde_json::to_vec(&meta).unwrap();
+        let read = read_header(&mut file_with_header(&old).as_slice()).unwrap();
+        assert_eq!(read, meta);
+        let current = serde_json::to_vec(&Header {
+            meta: &meta,
+            format: crate::format::CURRENT,
+        })
+        .unwrap();
+        let text = String::from_utf8(current.clone()).unwrap();
+        assert!(
+            text.contains(&format!("\"format\":{}", crate::format::CURRENT)),
+            "{text}"
+        );
+        assert_eq!(
+            read_header(&mut file_with_header(&current).as_slice()).unwrap(),
+            meta
+        );
+    }
+
+    #[test]
+    fn a_header_of_a_newer_format_is_refused() {
+        let newer = serde_json::to_vec(&Header {
+            meta: &SnapshotMeta::default(),
+            format: crate::format::CURRENT + 1,
+        })
+        .unwrap();
+        let refused = read_header(&mut file_with_header(&newer).as_slice()).unwrap_err();
+        assert!(
+            refused.to_string().contains("newer QuantyKube"),
+            "{refused}"
+        );
+    }
 }

@@ -28,6 +28,7 @@ mod cluster_boundaries;
 mod cluster_info;
 mod config_file;
 mod corruption;
+mod data_format;
 mod differential;
 mod dns;
 mod election;

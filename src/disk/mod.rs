@@ -13,7 +13,29 @@ use std::sync::Arc;
 use quantykube_raft::{log_db, LOG_COLUMN_FAMILIES};
 use rocksdb::DB;
 
+use crate::format::{self, Database, FormatError};
 use crate::store::{self, StoreError};
+
+/// Why a member's databases cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Format(#[from] FormatError),
+}
+
+impl From<std::io::Error> for DiskError {
+    fn from(error: std::io::Error) -> Self {
+        DiskError::Store(error.into())
+    }
+}
+
+impl From<rocksdb::Error> for DiskError {
+    fn from(error: rocksdb::Error) -> Self {
+        DiskError::Store(error.into())
+    }
+}
 
 /// A member's two databases.
 pub struct Databases {
@@ -37,12 +59,28 @@ pub fn log_path(data_dir: &Path, wal_dir: Option<&Path>) -> std::path::PathBuf {
 /// database is synced before the first drop, so a store that lacks some of them has
 /// had its log moved already, and only the drops are left. A crash at any point leaves
 /// a member that starts with its log.
-pub fn open(data_dir: &Path, wal_dir: Option<&Path>) -> Result<Databases, StoreError> {
+///
+/// A database a newer build wrote is refused before anything opens it for writing; an
+/// older one is brought to this build's format ([`format::migrate`]).
+pub fn open(data_dir: &Path, wal_dir: Option<&Path>) -> Result<Databases, DiskError> {
+    open_in_format(data_dir, wal_dir, format::CURRENT)
+}
+
+/// Opens the member's databases as [`open`] does, and brings both to `target` (up or
+/// down: `quantykube migrate`).
+pub fn open_in_format(
+    data_dir: &Path,
+    wal_dir: Option<&Path>,
+    target: u32,
+) -> Result<Databases, DiskError> {
     let store_path = store_path(data_dir);
+    let log_path = log_path(data_dir, wal_dir);
+    format::refuse_newer(Database::Store, &store_path)?;
+    format::refuse_newer(Database::Log, &log_path)?;
     // RocksDB syncs the directories it writes in, never their parents.
     quantykube_raft::durable::create_dir_all(&store_path)?;
     let legacy = log_db::legacy_log_families(&store_path)?;
-    let log = log_db::open_log_database(&log_path(data_dir, wal_dir))?;
+    let log = log_db::open_log_database(&log_path)?;
     let mut store = store::open_database(&store_path, &legacy)?;
     if !legacy.is_empty() {
         let moved = if legacy.len() == LOG_COLUMN_FAMILIES.len() {
@@ -57,10 +95,12 @@ pub fn open(data_dir: &Path, wal_dir: Option<&Path>) -> Result<Databases, StoreE
         }
         tracing::info!(
             records = moved,
-            to = %log_path(data_dir, wal_dir).display(),
+            to = %log_path.display(),
             "moved the raft log out of the store's database"
         );
     }
+    format::migrate(Database::Log, &log, target)?;
+    format::migrate(Database::Store, &store, target)?;
     Ok(Databases { store, log })
 }
 
