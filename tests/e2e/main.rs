@@ -60,6 +60,7 @@ mod metrics_catalogue;
 mod metrics_counts;
 mod quantykube_surface;
 mod range_stream;
+mod release_data_dirs;
 mod request_limits;
 mod revisions;
 mod snapshot;

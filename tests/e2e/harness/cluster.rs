@@ -313,6 +313,18 @@ impl Cluster {
         }
     }
 
+    /// Stops member `i` as an operator does (SIGTERM), waiting up to 30 s for it to
+    /// exit (a member hands leadership over and closes its databases first); returns
+    /// its exit status, `None` if it was not running or did not exit in time.
+    pub async fn stop(&mut self, i: usize) -> Option<std::process::ExitStatus> {
+        let pid = self.members[i].child.as_ref()?.id();
+        // SAFETY: kill(2) on a child this harness started and has not reaped.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGTERM);
+        }
+        self.wait_exit(i, Duration::from_secs(30)).await
+    }
+
     /// Restarts member `i` (killing it first if it runs) with the same data dir and
     /// flags, and waits until it serves a linearizable read. etcd needs nothing more
     /// than the original flags: with an existing data dir it ignores
