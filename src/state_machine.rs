@@ -152,12 +152,17 @@ impl StateMachine {
                     false => CommandOutcome::default(),
                 })
             }
+            // Only our own encoder writes commands: one this build cannot decode came
+            // from a newer build. Applying nothing in its place would leave this member
+            // behind every member that applied it; raft stops instead, and so does the
+            // member, saying why.
             Err(error) => {
-                // Only our own encoder writes commands; an undecodable one changes nothing
-                // and is answered with an empty outcome on every node alike.
-                tracing::error!(member = self.member, %log_id, %error, "undecodable command in the log");
-                batch.blank(log_id);
-                Ok(CommandOutcome::default())
+                let refused = StoreError::UnknownCommand {
+                    index: log_id.index,
+                    detail: format!("undecodable: {error}"),
+                };
+                tracing::error!(member = self.member, %log_id, error = %refused, "cannot apply a committed command");
+                Err(refused)
             }
         }
     }

@@ -9,6 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/tmp/quantykube-target}
+# `quantykube --version` names the commit a release binary was built from.
+QK_GIT_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  QK_GIT_COMMIT="$QK_GIT_COMMIT-dirty"
+fi
+export QK_GIT_COMMIT
 lib=""
 if [ -z "${QK_RELEASE_FULL:-}" ]; then
   lib=$(ls -t "$CARGO_TARGET_DIR"/debug/build/librocksdb-sys-*/out/librocksdb.a 2>/dev/null | head -n1 || true)

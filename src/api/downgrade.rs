@@ -56,15 +56,6 @@ fn parse_semver(text: &str) -> Option<(i64, i64)> {
     Some((number(major)?, number(minor)?))
 }
 
-/// etcd's `version.Cluster`: `major.minor` of this member's version.
-fn cluster_version(node: &Node) -> String {
-    let mut parts = node.etcd_version().split('.');
-    match (parts.next(), parts.next()) {
-        (Some(major), Some(minor)) => format!("{major}.{minor}"),
-        _ => node.etcd_version().to_string(),
-    }
-}
-
 /// Answers a Downgrade request; the caller fills in the header.
 pub async fn downgrade(
     node: &Node,
@@ -93,7 +84,7 @@ pub async fn downgrade(
             );
             Ok(DowngradeResponse {
                 header: None,
-                version: cluster_version(node),
+                version: node.cluster_version(),
             })
         }
     }

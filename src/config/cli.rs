@@ -389,13 +389,24 @@ fn wrap<S: AsRef<str>>(names: &[S]) -> String {
     out
 }
 
-/// `--version`'s text: QuantyKube's version and the etcd versions it reports.
+/// `--version`'s text: QuantyKube's version, the commit it was built from and the etcd
+/// versions it reports.
 pub(super) fn version_text(etcd_version: &str) -> String {
     format!(
-        "QuantyKube Version: {}\netcd Version: {etcd_version}\netcd API Version: {ETCD_API_VERSION}\n\
-         OS/Arch: {}/{}\n",
+        "QuantyKube Version: {}\nGit SHA: {}\netcd Version: {etcd_version}\n\
+         etcd API Version: {ETCD_API_VERSION}\nOS/Arch: {}/{}\n",
         env!("CARGO_PKG_VERSION"),
+        GIT_COMMIT,
         std::env::consts::OS,
         std::env::consts::ARCH
     )
 }
+
+/// The commit a release build was made from: `deploy/bench/build-release.sh` (and the
+/// release image built with it) sets `QK_GIT_COMMIT`. A plain `cargo build` leaves it
+/// out, as etcd's `go build` does, so that development builds are not rebuilt at every
+/// commit.
+const GIT_COMMIT: &str = match option_env!("QK_GIT_COMMIT") {
+    Some(commit) => commit,
+    None => "Not provided (use deploy/bench/build-release.sh instead of cargo build)",
+};

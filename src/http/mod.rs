@@ -99,18 +99,17 @@ pub fn router(node: Arc<Node>, surface: Surface, client: Option<ClientHttp>) -> 
     }
 }
 
-/// etcd 3.6's `/version`: this server's version, the cluster's (major.minor.0) and the
-/// storage format's.
+/// etcd 3.6's `/version`: this server's version, the cluster's (the lowest of the
+/// members', major.minor.0) and the storage format's.
 async fn version(node: Arc<Node>, method: Method) -> Response<Body> {
     if let Some(refused) = health::only_get(&method) {
         return refused;
     }
     let server = node.etcd_version();
-    let cluster = node.storage_version();
     let body = serde_json::json!({
         "etcdserver": server,
-        "etcdcluster": cluster,
-        "storage": cluster,
+        "etcdcluster": format!("{}.0", node.cluster_version()),
+        "storage": node.storage_version(),
     })
     .to_string();
     let mut response = Response::new(Body::from(body));

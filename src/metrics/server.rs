@@ -230,11 +230,7 @@ pub(super) fn describe(id: NodeId, version: &str, quota: i64) {
     VERSION.reset();
     VERSION.with_label_values(&[version]).set(1);
     // etcd's `version.Cluster`: major.minor.
-    let mut parts = version.split('.');
-    let cluster = match (parts.next(), parts.next()) {
-        (Some(major), Some(minor)) => format!("{major}.{minor}"),
-        _ => version.to_owned(),
-    };
+    let cluster = crate::node::major_minor(version);
     CLUSTER_VERSION.reset();
     CLUSTER_VERSION.with_label_values(&[&cluster]).set(1);
     QUOTA_BACKEND_BYTES.set(quota);

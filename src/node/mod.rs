@@ -12,6 +12,7 @@ mod error;
 mod leadership;
 pub mod metrics;
 mod propose;
+mod versions;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use openraft::type_config::alias::WatchReceiverOf;
 use quantykube_raft::{ClusterGuard, Dialer, NodeId, Raft, RaftClient, TypeConfig};
 
 pub use error::NodeError;
+pub use versions::major_minor;
 
 use crate::offload::Offload;
 use crate::proto::etcdserverpb::ResponseHeader;
@@ -134,17 +136,6 @@ impl Node {
 
     pub fn etcd_version(&self) -> &str {
         &self.parts.etcd_version
-    }
-
-    /// The cluster's and the storage format's version as etcd 3.6 reports them
-    /// (`/version`, `Status.storageVersion`, the Snapshot RPC's `version`): this
-    /// member's `major.minor.0`.
-    pub fn storage_version(&self) -> String {
-        let mut parts = self.parts.etcd_version.split('.');
-        match (parts.next(), parts.next()) {
-            (Some(major), Some(minor)) => format!("{major}.{minor}.0"),
-            _ => self.parts.etcd_version.clone(),
-        }
     }
 
     /// Raft's view of the cluster, to read now or to wait on (it changes several times

@@ -242,8 +242,9 @@ where
     servers.shutdown().await;
     match ending {
         Ending::StorageFailure(fatal) => Err(ServerError::Raft(format!(
-            "stopped: the raft log or the store could not be written or read ({fatal}); \
-             start the member again once its disk is fixed (see docs/durability.md)"
+            "stopped: the raft log or the store could not be written, read or applied \
+             ({fatal}); a failing or full disk: start the member again once it is fixed \
+             (see docs/durability.md)"
         ))),
         Ending::Shutdown | Ending::Removed | Ending::ServerStopped => Ok(()),
     }

@@ -15,7 +15,7 @@ use crate::store;
 /// How long a failed publish or catch-up waits before it tries again.
 const RETRY: Duration = Duration::from_millis(500);
 
-/// Publishes this member's name and client URLs through the log, as etcd does once a
+/// Publishes this member's name, client URLs and versions through the log, as etcd does once a
 /// member starts, retrying until it is applied. Either way, once this returns the member
 /// has applied everything committed before it started: its store syncs nothing itself
 /// and may reopen behind after a power cut, and a member that then answered reads at
@@ -29,6 +29,10 @@ pub(super) async fn publish_attributes(node: &Node, config: &Config) {
             .iter()
             .map(|u| u.to_string())
             .collect(),
+        // An upgraded member's versions differ from those it published: it publishes
+        // again, and the cluster version follows.
+        etcd_version: node.etcd_version().to_owned(),
+        server_version: env!("CARGO_PKG_VERSION").to_owned(),
     };
     loop {
         let current = store::read_member_attributes(node.store(), node.id());

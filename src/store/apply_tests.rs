@@ -476,3 +476,37 @@ fn the_feed_carries_exactly_what_history_replays() {
         }
     }
 }
+
+/// A command of a kind a newer build added (a request field this build does not know)
+/// decodes with no request; applying it is refused as a failure of this member, never
+/// applied as something else nor skipped, and the store is unchanged.
+#[test]
+fn a_command_of_a_kind_this_build_does_not_know_stops_the_apply() {
+    use prost::Message;
+    let mut h = Harness::new();
+    h.put("kept", "v");
+    let before = h.store.current_revision().unwrap();
+    // Field 999 of Command's request oneof, length-delimited: no build has it yet.
+    let mut encoded = Command::default().encode_to_vec();
+    prost::encoding::bytes::encode(999, &Bytes::from_static(b"future"), &mut encoded);
+    let future = Command::decode(encoded.as_slice()).unwrap();
+    assert!(
+        future.request.is_none(),
+        "an unknown kind decodes as no request"
+    );
+    let refused = apply_alone(&h.store, &log_id(9), &future).unwrap_err();
+    assert!(
+        matches!(refused, StoreError::UnknownCommand { index: 9, .. }),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("newer QuantyKube"),
+        "{refused}"
+    );
+    assert_eq!(
+        refused.command_kind(),
+        None,
+        "a failure of this member, not a result"
+    );
+    assert_eq!(h.store.current_revision().unwrap(), before);
+}

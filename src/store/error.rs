@@ -46,6 +46,15 @@ pub enum StoreError {
     Rocks(#[from] rocksdb::Error),
     #[error("store data is corrupt: {0}")]
     Corrupt(String),
+    /// A committed command this build cannot apply: a newer build proposed it (only
+    /// our own encoder writes the log). Fatal for this member, which must stop rather
+    /// than apply something else (skipping it would leave it behind every member that
+    /// applied it).
+    #[error(
+        "raft log entry {index} holds a command this build cannot apply ({detail}); a newer \
+         QuantyKube proposed it: run this member with the release the rest of the cluster runs"
+    )]
+    UnknownCommand { index: u64, detail: String },
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -72,7 +81,10 @@ impl StoreError {
             StoreError::VersionMismatch => Kind::VersionMismatch,
             StoreError::ResourceNotFound => Kind::ResourceNotFound,
             StoreError::ResourceExists => Kind::ResourceExists,
-            StoreError::Rocks(_) | StoreError::Corrupt(_) | StoreError::Io(_) => return None,
+            StoreError::Rocks(_)
+            | StoreError::Corrupt(_)
+            | StoreError::Io(_)
+            | StoreError::UnknownCommand { .. } => return None,
         })
     }
 }

@@ -255,6 +255,7 @@ mod tests {
                 member_id: 0xab,
                 name: "Infra_1".into(),
                 client_urls: vec![],
+                ..Default::default()
             }),
             peer_urls: vec![],
             initial_client_urls: vec![],

@@ -38,6 +38,7 @@ fn publish(id: u64) -> Command {
             member_id: id,
             name: format!("n{id}"),
             client_urls: vec![format!("http://n{id}:2379")],
+            ..Default::default()
         })),
     }
 }

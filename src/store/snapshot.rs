@@ -225,11 +225,7 @@ impl RevisionStore {
             len: 0,
         };
         out.write_all(MAGIC)?;
-        let header = Header {
-            meta: &meta,
-            format: crate::format::CURRENT,
-        };
-        let header = serde_json::to_vec(&header).map_err(|e| StoreError::corrupt(e.to_string()))?;
+        let header = header_json(&meta)?;
         write_chunk(&mut out, &header)?;
         for (tag, name) in CARRIED.iter().enumerate() {
             let mut opts = super::total_order();
@@ -431,23 +427,37 @@ fn read_header(input: &mut impl Read) -> Result<SnapshotMeta, StoreError> {
         return Err(StoreError::corrupt("not a QuantyKube snapshot"));
     }
     let header = read_chunk(input)?;
-    let header: Header<SnapshotMeta> =
-        serde_json::from_slice(&header).map_err(|e| StoreError::corrupt(e.to_string()))?;
-    if header.format > crate::format::CURRENT {
+    let corrupt = |e: serde_json::Error| StoreError::corrupt(e.to_string());
+    let format: HeaderFormat = serde_json::from_slice(&header).map_err(corrupt)?;
+    if format.format > crate::format::CURRENT {
         return Err(StoreError::corrupt(format!(
             "snapshot {}",
-            crate::format::newer_file(header.format)
+            crate::format::newer_file(format.format)
         )));
     }
-    Ok(header.meta)
+    // The meta ignores the `format` key beside its own, as v0.1.0's reader does.
+    serde_json::from_slice(&header).map_err(corrupt)
 }
 
-/// A transfer file's header: the raft position it captures and the format of the
-/// store's records it carries (none in format 1's files).
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Header<M> {
-    #[serde(flatten)]
-    meta: M,
+/// A transfer file's header is the raft position it captures (the snapshot's meta, as
+/// JSON) with one more key, `format`: the format of the store's records it carries
+/// (none in format 1's files). Not a struct that flattens the meta: serde's flatten
+/// cannot read the meta's maps keyed by member id back.
+fn header_json(meta: &SnapshotMeta) -> Result<Vec<u8>, StoreError> {
+    let corrupt = |e: serde_json::Error| StoreError::corrupt(e.to_string());
+    let mut header = serde_json::to_value(meta).map_err(corrupt)?;
+    let Some(fields) = header.as_object_mut() else {
+        return Err(StoreError::corrupt(
+            "a snapshot meta that is not a JSON object",
+        ));
+    };
+    fields.insert("format".into(), crate::format::CURRENT.into());
+    serde_json::to_vec(&header).map_err(corrupt)
+}
+
+/// The `format` key of a transfer file's header.
+#[derive(serde::Deserialize)]
+struct HeaderFormat {
     #[serde(default = "crate::format::unrecorded")]
     format: u32,
 }
@@ -538,6 +548,7 @@ pub fn keep_received_snapshot(dir: &Path, received: &Path) -> Result<PathBuf, St
 #[cfg(test)]
 mod header_tests {
     use super::*;
+    use quantykube_raft::{Member, StoredMembership};
 
     fn file_with_header(header: &[u8]) -> Vec<u8> {
         let mut file = MAGIC.to_vec();
@@ -545,18 +556,36 @@ mod header_tests {
         file
     }
 
+    /// A meta as a running cluster has it: member ids (u64 map keys, strings in JSON).
+    fn meta() -> SnapshotMeta {
+        let members = std::collections::BTreeMap::from([(
+            0x249f302b5b2ab26c_u64,
+            Member {
+                name: "m0".into(),
+                peer_urls: vec!["http://127.0.0.1:2380".into()],
+                client_urls: vec![],
+            },
+        )]);
+        let voters = members
+            .keys()
+            .copied()
+            .collect::<std::collections::BTreeSet<u64>>();
+        let membership = openraft::Membership::new(vec![voters], members).unwrap();
+        let log_id = super::super::tests::log_id(7);
+        SnapshotMeta {
+            last_log_id: Some(log_id),
+            last_membership: StoredMembership::new(Some(log_id), membership),
+        }
+    }
+
     #[test]
     fn a_header_records_its_format_and_one_without_is_format_1s() {
-        let meta = SnapshotMeta::default();
+        let meta = meta();
         // As v0.1.0 wrote it: the meta alone.
         let old = serde_json::to_vec(&meta).unwrap();
         let read = read_header(&mut file_with_header(&old).as_slice()).unwrap();
         assert_eq!(read, meta);
-        let current = serde_json::to_vec(&Header {
-            meta: &meta,
-            format: crate::format::CURRENT,
-        })
-        .unwrap();
+        let current = header_json(&meta).unwrap();
         let text = String::from_utf8(current.clone()).unwrap();
         assert!(
             text.contains(&format!("\"format\":{}", crate::format::CURRENT)),
@@ -566,15 +595,17 @@ mod header_tests {
             read_header(&mut file_with_header(&current).as_slice()).unwrap(),
             meta
         );
+        // v0.1.0 reads the meta alone and ignores the key beside it.
+        let as_v0_1: SnapshotMeta = serde_json::from_slice(&current).unwrap();
+        assert_eq!(as_v0_1, meta);
     }
 
     #[test]
     fn a_header_of_a_newer_format_is_refused() {
-        let newer = serde_json::to_vec(&Header {
-            meta: &SnapshotMeta::default(),
-            format: crate::format::CURRENT + 1,
-        })
-        .unwrap();
+        let mut newer: serde_json::Value =
+            serde_json::from_slice(&header_json(&meta()).unwrap()).unwrap();
+        newer["format"] = (crate::format::CURRENT + 1).into();
+        let newer = serde_json::to_vec(&newer).unwrap();
         let refused = read_header(&mut file_with_header(&newer).as_slice()).unwrap_err();
         assert!(
             refused.to_string().contains("newer QuantyKube"),

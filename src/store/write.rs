@@ -551,7 +551,11 @@ impl<'s> ApplyBatch<'s> {
                         )
                     })
                 }
-                None => Err(StoreError::corrupt("empty command")),
+                // A request of a kind this build does not know decodes as none.
+                None => Err(StoreError::UnknownCommand {
+                    index: log_id.index,
+                    detail: "a request of a kind this build does not know".into(),
+                }),
             }
         };
         let succeeded = matches!(&applied, Ok(_) | Err(StoreError::Compacted));

@@ -26,6 +26,7 @@ mod bench_tool;
 mod client_limits;
 mod cluster_boundaries;
 mod cluster_info;
+mod cluster_version;
 mod config_file;
 mod corruption;
 mod data_format;
