@@ -25,4 +25,5 @@ mod restore;
 mod rig;
 mod snapshot_files;
 mod traffic;
+mod upgrades;
 mod verdict;
