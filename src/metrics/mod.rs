@@ -82,6 +82,7 @@ pub async fn follow(node: Arc<Node>) {
         flag => flag,
     };
     server::describe(node.id(), node.etcd_version(), quota);
+    server::observe_cluster_version(&node);
     storage::observe_store(node.store());
     let id = node.id();
     let metrics = node.raft_metrics();

@@ -7,13 +7,16 @@
 //! member's health source (`probes::track`): the same answer `/health` gives, a leader
 //! that heard from a quorum within an election timeout.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, RwLock, Weak};
 
 use openraft::async_runtime::WatchReceiver;
-use prometheus::core::Collector;
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 use quantykube_raft::metrics::{counter, counter_vec, gauge, gauge_vec};
 use quantykube_raft::{NodeId, TypeConfig};
+
+use crate::node::Node;
 
 static HAS_LEADER: LazyLock<IntGauge> = LazyLock::new(|| {
     gauge(
@@ -146,7 +149,7 @@ pub(super) fn register(registry: &Registry) -> prometheus::Result<()> {
         Box::new(HEALTHCHECKS.clone()),
         Box::new(FEATURE_ENABLED.clone()),
         Box::new(KNOWN_PEERS.clone()),
-        Box::new(CLUSTER_VERSION.clone()),
+        Box::new(ClusterVersionGauge),
         Box::new(HEALTH_SUCCESS.clone()),
         Box::new(HEALTH_FAILURES.clone()),
         Box::new(LEARNER_PROMOTE_SUCCESSES.clone()),
@@ -229,11 +232,47 @@ pub(super) fn describe(id: NodeId, version: &str, quota: i64) {
         .set(1);
     VERSION.reset();
     VERSION.with_label_values(&[version]).set(1);
-    // etcd's `version.Cluster`: major.minor.
+    // etcd's `version.Cluster`: major.minor, until a member is observed
+    // (`observe_cluster_version`).
     let cluster = crate::node::major_minor(version);
     CLUSTER_VERSION.reset();
     CLUSTER_VERSION.with_label_values(&[&cluster]).set(1);
     QUOTA_BACKEND_BYTES.set(quota);
+}
+
+/// The member whose cluster version `etcd_cluster_version` shows when scraped; weak, so
+/// that a stopped member goes.
+static CLUSTER_OF: RwLock<Option<Weak<Node>>> = RwLock::new(None);
+
+/// `etcd_cluster_version` follows `node`'s cluster version (the lowest of the members',
+/// as `/version` reports it) from now on.
+pub(super) fn observe_cluster_version(node: &Arc<Node>) {
+    *CLUSTER_OF.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(node));
+}
+
+/// `etcd_cluster_version`, decided when scraped: one series, the observed member's
+/// cluster version.
+struct ClusterVersionGauge;
+
+impl Collector for ClusterVersionGauge {
+    fn desc(&self) -> Vec<&Desc> {
+        CLUSTER_VERSION.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let node = CLUSTER_OF
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(Weak::upgrade);
+        if let Some(node) = node {
+            CLUSTER_VERSION.reset();
+            CLUSTER_VERSION
+                .with_label_values(&[&node.cluster_version()])
+                .set(1);
+        }
+        CLUSTER_VERSION.collect()
+    }
 }
 
 /// What the raft-derived gauges hold, and how the leader-change count moves.
