@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::format::{self, Database};
+use crate::format;
 
 /// `quantykube migrate`: migrate a stopped member's data dir to another release's format.
 #[derive(Debug, Parser)]
@@ -56,27 +56,27 @@ pub fn main(args: impl Iterator<Item = OsString>) -> ExitCode {
 
 fn migrate(cli: &MigrateCli) -> Result<String, String> {
     let target = format::format_of(&cli.target_version).map_err(|e| e.to_string())?;
-    if !cli.data_dir.join("member.json").exists()
-        && !crate::disk::store_path(&cli.data_dir).exists()
-    {
-        return Err(format!("{} holds no member's data", cli.data_dir.display()));
-    }
     let store_path = crate::disk::store_path(&cli.data_dir);
     let log_path = crate::disk::log_path(&cli.data_dir, cli.wal_dir.as_deref());
-    let store_was = format::recorded(Database::Store, &store_path).map_err(|e| e.to_string())?;
-    let log_was = format::recorded(Database::Log, &log_path).map_err(|e| e.to_string())?;
-    let databases = crate::disk::open_in_format(&cli.data_dir, cli.wal_dir.as_deref(), target)
-        .map_err(|e| e.to_string())?;
+    // Offline, a database that is not there is a wrong path, not a new member: opening
+    // would create an empty one.
+    for (what, path) in [("store", &store_path), ("raft log", &log_path)] {
+        if !path.join("CURRENT").exists() {
+            return Err(format!("no {what} database at {}", path.display()));
+        }
+    }
+    let (databases, found) =
+        crate::disk::open_in_format(&cli.data_dir, cli.wal_dir.as_deref(), target)
+            .map_err(|e| e.to_string())?;
     drop(databases);
-    let identity_was = crate::membership::join::migrate_identity(&cli.data_dir, target)
+    let identity = crate::membership::join::migrate_identity(&cli.data_dir, target)
         .map_err(|e| e.to_string())?;
-    let was = |found: Option<u32>| found.map_or("new".to_owned(), |f| f.to_string());
     Ok(format!(
         "migrated {} to format {target} (release {}): store from {}, raft log from {}, member.json from {}",
         cli.data_dir.display(),
         format::release_of(target).unwrap_or("?"),
-        was(store_was),
-        was(log_was),
-        was(identity_was),
+        found.store,
+        found.log,
+        identity.map_or("none".to_owned(), |f| f.to_string()),
     ))
 }

@@ -14,6 +14,7 @@
 //! `*.partial` file found when the service starts. Writes are blocking `std::fs` calls,
 //! like the rest of this crate's disk I/O (see `log_store`).
 
+use std::borrow::Cow;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -88,7 +89,7 @@ where
 
     async fn receive_snapshot(
         &self,
-        sender: &Sender,
+        sender: &Sender<'_>,
         mut stream: Streaming<pb::InstallSnapshotRequest>,
     ) -> Result<Vec<u8>, Status> {
         let first = stream
@@ -199,7 +200,7 @@ where
     ) -> Result<Response<AppendAnswers>, Status> {
         // Metadata is the stream's: checked once, as each unary call checks its own.
         self.same_cluster(&request)?;
-        let sender = Sender::of(&request);
+        let sender = Sender::of(&request).into_owned();
         Ok(Response::new(serve_append_stream(
             self.raft.clone(),
             self.guard.clone(),
@@ -247,7 +248,7 @@ where
         request: Request<Streaming<pb::InstallSnapshotRequest>>,
     ) -> Result<Response<pb::InstallSnapshotResponse>, Status> {
         self.same_cluster(&request)?;
-        let sender = Sender::of(&request);
+        let sender = Sender::of(&request).into_owned();
         let response = self.receive_snapshot(&sender, request.into_inner()).await?;
         Ok(Response::new(pb::InstallSnapshotResponse {
             response: response.into(),
@@ -464,7 +465,7 @@ pub type AppendAnswers =
 fn serve_append_stream<SM>(
     raft: Raft<SM>,
     guard: Arc<ClusterGuard>,
-    sender: Sender,
+    sender: Sender<'static>,
     incoming: Streaming<pb::AppendEntriesStreamRequest>,
 ) -> AppendAnswers
 where
@@ -503,7 +504,7 @@ async fn answer_append<SM>(
     raft: &Raft<SM>,
     guard: &ClusterGuard,
     request: &[u8],
-    sender: &Sender,
+    sender: &Sender<'_>,
 ) -> Result<Vec<u8>, Status>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotFile>,
@@ -523,35 +524,44 @@ where
     Ok(response)
 }
 
-/// Who sent a peer request, as metrics label it.
-struct Sender {
+/// Who sent a peer request, as metrics label it: borrowed from the request for a unary
+/// call (nothing allocated per message), owned for a stream's lifetime.
+struct Sender<'a> {
     /// Its member id in hex, as its metadata says (every member sends it).
-    id: Option<String>,
-    /// Its id, else its address: etcd's label of a receive failure.
-    label: String,
+    id: Option<Cow<'a, str>>,
+    address: Option<std::net::SocketAddr>,
 }
 
-impl Sender {
-    fn of<T>(request: &Request<T>) -> Self {
-        let id = sender_label(request).map(str::to_owned);
-        let label = match (&id, request.remote_addr()) {
-            (Some(id), _) => id.clone(),
-            (None, Some(address)) => address.to_string(),
-            (None, None) => "unknown".to_owned(),
-        };
-        Sender { id, label }
+impl<'a> Sender<'a> {
+    fn of<T>(request: &'a Request<T>) -> Self {
+        Sender {
+            id: sender_label(request).map(Cow::Borrowed),
+            address: request.remote_addr(),
+        }
     }
 
-    /// Counts a message from this sender that could not be received.
+    fn into_owned(self) -> Sender<'static> {
+        Sender {
+            id: self.id.map(|id| Cow::Owned(id.into_owned())),
+            address: self.address,
+        }
+    }
+
+    /// Counts a message from this sender that could not be received, labelled with its
+    /// id, else its address (as etcd's HTTP handlers label theirs).
     fn failed(&self) {
-        crate::metrics::peer_receive_failed(&self.label);
+        match (&self.id, self.address) {
+            (Some(id), _) => crate::metrics::peer_receive_failed(id),
+            (None, Some(address)) => crate::metrics::peer_receive_failed(&address.to_string()),
+            (None, None) => crate::metrics::peer_receive_failed("unknown"),
+        }
     }
 }
 
 /// Decodes a raft message from `sender`, counting one that does not decode as a
 /// receive failure.
 fn decode_from<T: serde::de::DeserializeOwned>(
-    sender: &Sender,
+    sender: &Sender<'_>,
     what: &'static str,
     bytes: &[u8],
 ) -> Result<T, Status> {

@@ -63,16 +63,23 @@ pub fn log_path(data_dir: &Path, wal_dir: Option<&Path>) -> std::path::PathBuf {
 /// A database a newer build wrote is refused before anything opens it for writing; an
 /// older one is brought to this build's format ([`format::migrate`]).
 pub fn open(data_dir: &Path, wal_dir: Option<&Path>) -> Result<Databases, DiskError> {
-    open_in_format(data_dir, wal_dir, format::CURRENT)
+    open_in_format(data_dir, wal_dir, format::CURRENT).map(|(databases, _)| databases)
+}
+
+/// The formats the databases were in when opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FoundFormats {
+    pub store: u32,
+    pub log: u32,
 }
 
 /// Opens the member's databases as [`open`] does, and brings both to `target` (up or
-/// down: `quantykube migrate`).
+/// down: `quantykube migrate`); also says which formats they were in.
 pub fn open_in_format(
     data_dir: &Path,
     wal_dir: Option<&Path>,
     target: u32,
-) -> Result<Databases, DiskError> {
+) -> Result<(Databases, FoundFormats), DiskError> {
     let store_path = store_path(data_dir);
     let log_path = log_path(data_dir, wal_dir);
     format::refuse_newer(Database::Store, &store_path)?;
@@ -99,9 +106,11 @@ pub fn open_in_format(
             "moved the raft log out of the store's database"
         );
     }
-    format::migrate(Database::Log, &log, target)?;
-    format::migrate(Database::Store, &store, target)?;
-    Ok(Databases { store, log })
+    let found = FoundFormats {
+        log: format::migrate(Database::Log, &log, target)?,
+        store: format::migrate(Database::Store, &store, target)?,
+    };
+    Ok((Databases { store, log }, found))
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use quantykube_crashfs::Torn;
 
 use crate::first_files::commit_metadata;
 use crate::harness::{Target, START_TIMEOUT};
+use crate::power::Choices;
 use crate::rig::{Rig, Server};
 use crate::support::connect::Connect;
 
@@ -46,20 +47,6 @@ fn identity_format(data_dir: &Path) -> u64 {
         .expect("read member.json");
     let value: serde_json::Value = serde_json::from_str(&raw).expect("member.json is JSON");
     value.get("format").and_then(|f| f.as_u64()).unwrap_or(1)
-}
-
-/// A seed from the clock, printed, or `QK_CRASH_SEED` to replay one.
-fn seed() -> u64 {
-    let seed = std::env::var("QK_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    println!("upgrades: QK_CRASH_SEED={seed}");
-    seed
 }
 
 /// Waits until member 0 serves every key of v0.1.0's fixture to root.
@@ -129,7 +116,7 @@ async fn a_member_that_loses_power_while_it_migrates_v0_1_0s_data_dir_keeps_ever
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/data-dirs/v0.1.0/data");
     let data_dir = rig.cluster.data_dir(0);
     let current = format::CURRENT;
-    let mut state = seed();
+    let mut choices = Choices::new("upgrades");
     for round in 0..8u64 {
         // v0.1.0's data dir, on the disk as that release left it.
         if data_dir.exists() {
@@ -152,10 +139,7 @@ async fn a_member_that_loses_power_while_it_migrates_v0_1_0s_data_dir_keeps_ever
             }
             "right after the first step".to_owned()
         } else {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let delay = Duration::from_millis(40 + (state >> 33) % 100);
+            let delay = Duration::from_millis(40 + choices.below(100));
             tokio::time::sleep(delay).await;
             format!("{delay:?} after the start")
         };
