@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seeds of the bbolt_file and snapshot_import fuzz targets: a snapshot file etcd 3.4
+# Seeds of the bbolt_file, snapshot_import and etcd_wal fuzz targets: a snapshot file etcd 3.4
 # itself writes (keys with history, a deleted key, a lease with a key, a user and a
 # role, a compaction), saved by `etcdctl snapshot save`. Needs etcd and etcdctl
 # (`make deps`). Uses ports 23790/23800 on loopback; stops etcd when done.
@@ -31,3 +31,13 @@ mkdir -p corpus/bbolt_file corpus/snapshot_import
 cp "$work/etcd-3.4.snap" corpus/bbolt_file/etcd-3.4.snap
 cp "$work/etcd-3.4.snap" corpus/snapshot_import/etcd-3.4.snap
 echo "seeded: corpus/{bbolt_file,snapshot_import}/etcd-3.4.snap ($(stat -c %s "$work/etcd-3.4.snap") bytes)"
+# The etcd_wal target's seed: the WAL etcd wrote meanwhile, its preallocated zeros cut
+# off (records are padded to 8 bytes, so rounding up keeps the last one whole).
+mkdir -p corpus/etcd_wal
+python3 - "$work"/data/member/wal/0000000000000000-0000000000000000.wal corpus/etcd_wal/etcd-3.4.wal <<'EOF'
+import sys
+data = open(sys.argv[1], "rb").read()
+used = (len(data.rstrip(b"\0")) + 7) // 8 * 8
+open(sys.argv[2], "wb").write(data[:used])
+EOF
+echo "seeded: corpus/etcd_wal/etcd-3.4.wal ($(stat -c %s corpus/etcd_wal/etcd-3.4.wal) bytes)"

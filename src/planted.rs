@@ -96,6 +96,10 @@ pub enum PlantedBug {
     /// Raft snapshot transfer files are sent and installed without checking them
     /// against their trailer: a damaged file is installed as it reads.
     TransferFileUnchecked,
+    /// A data dir of a newer format is opened (for writing) before its format is
+    /// checked: the refusal still comes, from the migration, but the newer build's
+    /// files have been touched.
+    OpensNewerFormat,
     /// A bug of the raft layer (`quantykube_raft::planted`).
     Raft(quantykube_raft::planted::RaftBug),
 }
@@ -116,6 +120,7 @@ pub fn plant(bug: PlantedBug) {
 /// whose check a crash test on real processes stands behind.
 const BY_NAME: &[(&str, PlantedBug)] = &[
     ("RestoreWithoutSync", PlantedBug::RestoreWithoutSync),
+    ("OpensNewerFormat", PlantedBug::OpensNewerFormat),
     ("ServesBeforeCatchingUp", PlantedBug::ServesBeforeCatchingUp),
     ("TransferFileUnchecked", PlantedBug::TransferFileUnchecked),
 ];

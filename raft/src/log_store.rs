@@ -206,6 +206,52 @@ impl LogStore {
         }
         Ok(())
     }
+
+    /// Starts an empty log after `applied`, as if a snapshot through it had been
+    /// installed: for a state machine filled before raft ever ran (a member converted
+    /// from etcd's data dir, whose log ids are etcd's). `applied` becomes the purged and
+    /// the committed log id, `pending` (uncommitted entries, from `applied`'s next index
+    /// on) the log, and `vote` the vote, in one synced write, before raft starts. The
+    /// state machine must already record `applied` and its membership.
+    pub fn start_after(
+        &mut self,
+        applied: &LogId,
+        pending: &[Entry],
+        vote: &Vote,
+    ) -> Result<(), io::Error> {
+        if self.last_entry_log_id()?.is_some() {
+            return Err(io::Error::other("the raft log is not empty"));
+        }
+        let log_cf = self.cf(CF_RAFT_LOG)?;
+        let state_cf = self.cf(CF_RAFT_STATE)?;
+        let mut batch = WriteBatch::default();
+        let mut next = applied.index().saturating_add(1);
+        for entry in pending {
+            if entry.index() != next {
+                return Err(io::Error::other(format!(
+                    "entry {} does not follow {}",
+                    entry.index(),
+                    next.saturating_sub(1)
+                )));
+            }
+            batch.put_cf(log_cf, index_key(next), codec::encode("log entry", entry)?);
+            next = next.saturating_add(1);
+        }
+        batch.put_cf(
+            state_cf,
+            KEY_LAST_PURGED,
+            codec::encode("last purged log id", applied)?,
+        );
+        batch.put_cf(
+            state_cf,
+            KEY_COMMITTED,
+            codec::encode("committed log id", &Some(*applied))?,
+        );
+        batch.put_cf(state_cf, KEY_VOTE, codec::encode("vote", vote)?);
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        self.db.write_opt(batch, &opts).map_err(rocks_err)
+    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {

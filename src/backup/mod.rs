@@ -10,9 +10,12 @@
 
 pub mod cli;
 mod error;
+pub mod etcd_entries;
+pub mod etcd_wal;
 pub mod export;
 pub mod file;
 pub mod import;
+pub mod in_place;
 pub mod save;
 pub mod schema;
 

@@ -5,6 +5,7 @@
 //! [`serve`]. It holds no request semantics and no rule of etcd's: those live in the
 //! layers it wires (see docs/architecture.md, "Layers").
 
+mod from_etcd;
 mod listeners;
 mod publish;
 mod start;
@@ -47,6 +48,9 @@ pub enum ServerError {
     Membership(#[from] MembershipError),
     #[error("{0}")]
     Corruption(#[from] crate::corruption::CorruptionError),
+    /// An etcd member's data dir could not be converted (`from_etcd`).
+    #[error("{0}")]
+    FromEtcd(#[from] crate::backup::BackupError),
     /// `--auth-token`'s keys cannot be used.
     #[error("auth: {0}")]
     Auth(String),

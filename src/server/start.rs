@@ -38,6 +38,7 @@ pub(super) async fn start_member(
     // a member's first writes could be acknowledged into a directory that a power cut
     // then takes away whole.
     quantykube_raft::durable::create_dir_all(&config.data_dir)?;
+    super::from_etcd::convert_if_etcd(config)?;
     let databases = crate::disk::open(&config.data_dir, config.wal_dir.as_deref())?;
     join::migrate_identity(&config.data_dir, crate::format::CURRENT)?;
     let revision_store = Arc::new(RevisionStore::new(databases.store)?);

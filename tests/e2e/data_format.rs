@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use quantykube::format::{self, Database};
 
-use crate::harness::{log_since, Cluster, Target};
+use crate::harness::{log_since, Cluster, ClusterOptions, Target};
 
 fn binary() -> PathBuf {
     Target::Quantykube.binary().expect("the quantykube binary")
@@ -75,6 +75,32 @@ async fn assert_serves(cluster: &Cluster, keys: usize) {
     }
 }
 
+/// Records a newer build's format in the store of a stopped member; what its data dir
+/// holds then.
+fn plant_newer_format(data_dir: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
+    let store = data_dir.join("db");
+    let families = rocksdb::DB::list_cf(&rocksdb::Options::default(), &store).expect("families");
+    let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), &store, families)
+        .expect("open the store");
+    db.put(format::FORMAT_KEY, (format::CURRENT + 1).to_be_bytes())
+        .expect("plant a newer format");
+    db.flush_wal(true).expect("sync");
+    drop(db);
+    listing(data_dir)
+}
+
+/// Starts member 0 on its data dir and waits for it to exit: its exit code and what it
+/// logged.
+async fn start_refused(cluster: &mut Cluster) -> (Option<i32>, String) {
+    let offset = std::fs::metadata(cluster.log_path(0)).map_or(0, |m| m.len());
+    cluster.start_member(0);
+    let status = cluster
+        .wait_exit(0, Duration::from_secs(30))
+        .await
+        .expect("the member exits on a newer format");
+    (status.code(), log_since(&cluster.log_path(0), offset))
+}
+
 #[tokio::test]
 async fn format_migrates_down_and_up_and_a_newer_one_is_refused_untouched() {
     if Target::from_env() == Target::Etcd {
@@ -116,25 +142,9 @@ async fn format_migrates_down_and_up_and_a_newer_one_is_refused_untouched() {
     );
 
     // A newer build's store: refused before anything opens it for writing.
-    {
-        let store = data_dir.join("db");
-        let families =
-            rocksdb::DB::list_cf(&rocksdb::Options::default(), &store).expect("families");
-        let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), &store, families)
-            .expect("open the store");
-        db.put(format::FORMAT_KEY, (current + 1).to_be_bytes())
-            .expect("plant a newer format");
-        db.flush_wal(true).expect("sync");
-    }
-    let before = listing(&data_dir);
-    let offset = std::fs::metadata(cluster.log_path(0)).map_or(0, |m| m.len());
-    cluster.start_member(0);
-    let status = cluster
-        .wait_exit(0, Duration::from_secs(30))
-        .await
-        .expect("the member exits on a newer format");
-    assert_eq!(status.code(), Some(3), "exit code 3 for a newer format");
-    let log = log_since(&cluster.log_path(0), offset);
+    let before = plant_newer_format(&data_dir);
+    let (status, log) = start_refused(&mut cluster).await;
+    assert_eq!(status, Some(3), "exit code 3 for a newer format");
     assert!(
         log.contains(&format!("format {}", current + 1)) && log.contains("newer QuantyKube"),
         "the log says why:\n{log}"
@@ -154,4 +164,36 @@ async fn format_migrates_down_and_up_and_a_newer_one_is_refused_untouched() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(listing(&data_dir), before, "still untouched");
+}
+
+/// The guard's planted bug (`OpensNewerFormat`, docs/durability.md): without the check
+/// before the databases open, the member still refuses (the migration checks again),
+/// but the newer build's data dir has been written to, which the test above catches.
+#[tokio::test]
+async fn without_the_format_check_before_opening_a_newer_data_dir_is_touched() {
+    if Target::from_env() == Target::Etcd {
+        return;
+    }
+    let planted = binary().with_file_name("quantykube-planted");
+    assert!(
+        planted.is_file(),
+        "{} is missing: `cargo build --bin quantykube-planted --features planted-bugs` \
+         (make test does)",
+        planted.display()
+    );
+    let mut cluster = ClusterOptions::new(1)
+        .binary(planted)
+        .env("QK_PLANTED_BUGS", "OpensNewerFormat")
+        .start()
+        .await;
+    let data_dir = cluster.data_dir(0);
+    cluster.kill9(0);
+    let before = plant_newer_format(&data_dir);
+    let (status, _) = start_refused(&mut cluster).await;
+    assert_eq!(status, Some(3), "the migration refuses it still");
+    assert_ne!(
+        listing(&data_dir),
+        before,
+        "the planted build opened the newer data dir for writing"
+    );
 }

@@ -36,6 +36,7 @@ mod election;
 mod etcdctl;
 mod etcdctl_check;
 mod force_new_cluster;
+mod from_etcd;
 mod gateway;
 mod gateway_access;
 mod gateway_differential;

@@ -24,23 +24,23 @@ use crate::harness::{
 };
 
 /// One key version as a client sees it.
-type Version = (Vec<u8>, Vec<u8>, i64, i64, i64, i64);
+pub(crate) type Version = (Vec<u8>, Vec<u8>, i64, i64, i64, i64);
 
 /// What a client reads at one revision: every key, or the error's text.
-type Reading = (i64, Result<Vec<Version>, String>);
+pub(crate) type Reading = (i64, Result<Vec<Version>, String>);
 
 /// The history [`write_history`] left: its revisions and its leases (id, granted TTL,
 /// attached keys).
-struct History {
-    compacted: i64,
-    current: i64,
-    leases: Vec<(i64, i64, Vec<Vec<u8>>)>,
+pub(crate) struct History {
+    pub(crate) compacted: i64,
+    pub(crate) current: i64,
+    pub(crate) leases: Vec<(i64, i64, Vec<Vec<u8>>)>,
 }
 
 /// Puts, overwrites, a transaction, deletions (of one key and of a range), a value
 /// large enough for bbolt's overflow pages, enough keys for branch pages, leases, and
 /// a compaction with writes on both sides of it.
-async fn write_history(client: &mut Client) -> History {
+pub(crate) async fn write_history(client: &mut Client) -> History {
     let short = client.lease_grant(600, None).await.expect("grant").id();
     let long = client.lease_grant(900, None).await.expect("grant").id();
     client.put("a", "1", None).await.expect("put");
@@ -136,7 +136,7 @@ async fn read_at(client: &mut Client, revision: i64) -> Reading {
 }
 
 /// What a client reads at revisions on both sides of the compaction, and the leases.
-async fn observe(
+pub(crate) async fn observe(
     client: &mut Client,
     history: &History,
 ) -> (Vec<Reading>, Vec<(i64, i64, Vec<Vec<u8>>)>) {

@@ -305,6 +305,13 @@ impl Cluster {
             .await
     }
 
+    /// Runs `target`'s server for every member started from now on, with the same
+    /// flags and data dirs (etcd's members moved to QuantyKube in place, say).
+    pub fn switch_target(&mut self, target: Target) {
+        self.target = target;
+        self.binary = target.require_binary();
+    }
+
     /// Kills member `i` with SIGKILL and reaps it.
     pub fn kill9(&mut self, i: usize) {
         if let Some(mut child) = self.members[i].child.take() {

@@ -33,6 +33,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("config", config),
     ("bbolt_file", bbolt_file),
     ("snapshot_import", snapshot_import),
+    ("etcd_wal", etcd_wal),
     ("transfer_file", transfer_file),
     ("raft_message", raft_message),
     ("jwt_token", jwt_token),
@@ -253,6 +254,23 @@ pub fn snapshot_import(data: &[u8]) {
         return;
     };
     let _ = quantykube::backup::import::import(&db, &store);
+}
+
+/// An etcd member's WAL, as a member started on etcd's data dir reads it, and every
+/// entry it holds translated as the conversion would replay it.
+pub fn etcd_wal(data: &[u8]) {
+    use quantykube::backup::etcd_entries::{translate, Replay};
+    let Ok(wal) = quantykube::backup::etcd_wal::parse(data) else {
+        return;
+    };
+    let replay = Replay {
+        min_lease_ttl: 2,
+        // bcrypt's cheapest: the cost is not what is fuzzed.
+        bcrypt_cost: 4,
+    };
+    for entry in wal.entries.values() {
+        let _ = translate(&entry.data, &replay);
+    }
 }
 
 /// A snapshot file as a follower receives it from the leader (the chunk stream, once
