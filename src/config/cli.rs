@@ -410,3 +410,8 @@ const GIT_COMMIT: &str = match option_env!("QK_GIT_COMMIT") {
     Some(commit) => commit,
     None => "Not provided (use deploy/bench/build-release.sh instead of cargo build)",
 };
+
+/// The commit this build was made from, as `--version` prints it.
+pub fn git_commit() -> &'static str {
+    GIT_COMMIT
+}

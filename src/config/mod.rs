@@ -53,7 +53,7 @@ pub use self::auth::{
     check_bcrypt_cost, AuthConfig, DEFAULT_BCRYPT_COST, DEFAULT_TOKEN_TTL, MAX_BCRYPT_COST,
     MIN_BCRYPT_COST,
 };
-pub use self::cli::ETCD_API_VERSION;
+pub use self::cli::{git_commit, ETCD_API_VERSION};
 pub use self::compaction::{AutoCompaction, DEFAULT_REVISION_COMPACTION_INTERVAL};
 pub use self::error::ConfigError;
 pub use self::gates::{FeatureGates, Gate, GateState};

@@ -100,7 +100,9 @@ pub fn router(node: Arc<Node>, surface: Surface, client: Option<ClientHttp>) -> 
 }
 
 /// etcd 3.6's `/version`: this server's version, the cluster's (the lowest of the
-/// members', major.minor.0) and the storage format's.
+/// members', major.minor.0) and the storage format's; and, in keys of their own (flat
+/// strings, so that a client reading the answer as a map of strings still can),
+/// QuantyKube's release and the commit it was built from.
 async fn version(node: Arc<Node>, method: Method) -> Response<Body> {
     if let Some(refused) = health::only_get(&method) {
         return refused;
@@ -110,6 +112,8 @@ async fn version(node: Arc<Node>, method: Method) -> Response<Body> {
         "etcdserver": server,
         "etcdcluster": format!("{}.0", node.cluster_version()),
         "storage": node.storage_version(),
+        "quantykube": env!("CARGO_PKG_VERSION"),
+        "quantykubeGitSha": crate::config::git_commit(),
     })
     .to_string();
     let mut response = Response::new(Body::from(body));

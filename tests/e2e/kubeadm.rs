@@ -223,9 +223,23 @@ async fn kubeadm_manifest_three_members_probes_and_quorum_loss() {
     match flavor {
         Flavor::Etcd34 => assert_eq!(keys, BTreeSet::from(["etcdcluster", "etcdserver"]), "{v}"),
         Flavor::Etcd36 => {
+            // etcd 3.6's three, and QuantyKube's release and commit (issue 54).
             assert_eq!(
                 keys,
-                BTreeSet::from(["etcdcluster", "etcdserver", "storage"]),
+                BTreeSet::from([
+                    "etcdcluster",
+                    "etcdserver",
+                    "storage",
+                    "quantykube",
+                    "quantykubeGitSha"
+                ]),
+                "{v}"
+            );
+            assert_eq!(v["quantykube"], env!("CARGO_PKG_VERSION"), "{v}");
+            assert!(
+                v["quantykubeGitSha"]
+                    .as_str()
+                    .is_some_and(|sha| !sha.is_empty()),
                 "{v}"
             );
             assert_eq!(v["storage"], format!("{minor}.0"), "{v}");
