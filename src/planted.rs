@@ -16,6 +16,10 @@ use std::time::Duration;
 /// can be elected and renew the lease meanwhile.
 pub const EXPIRY_PAUSE: Duration = Duration::from_secs(6);
 
+/// How long [`PlantedBug::PausedAfterConversion`] holds a member between converting
+/// etcd's data dir and opening it: far longer than a test needs to cut the power.
+pub const CONVERSION_PAUSE: Duration = Duration::from_secs(30);
+
 /// How long [`PlantedBug::PausedSnapshotInstall`] holds an install with the store
 /// emptied: long enough for a reader to come, far below the leader's install timeout.
 pub const INSTALL_PAUSE: Duration = Duration::from_secs(2);
@@ -96,6 +100,15 @@ pub enum PlantedBug {
     /// Raft snapshot transfer files are sent and installed without checking them
     /// against their trailer: a damaged file is installed as it reads.
     TransferFileUnchecked,
+    /// A member converting etcd's data dir renames `member.json` in without having
+    /// synced the store it built: a power cut right after leaves a converted member
+    /// without etcd's keys.
+    ConvertWithoutSync,
+    /// Not a bug but a condition the conversion's power-loss scenario plants (with and
+    /// without `ConvertWithoutSync`): the member waits [`CONVERSION_PAUSE`] once it has
+    /// converted etcd's data dir, before anything opens it, so that the power can be cut
+    /// exactly there.
+    PausedAfterConversion,
     /// A data dir of a newer format is opened (for writing) before its format is
     /// checked: the refusal still comes, from the migration, but the newer build's
     /// files have been touched.
@@ -121,6 +134,8 @@ pub fn plant(bug: PlantedBug) {
 const BY_NAME: &[(&str, PlantedBug)] = &[
     ("RestoreWithoutSync", PlantedBug::RestoreWithoutSync),
     ("OpensNewerFormat", PlantedBug::OpensNewerFormat),
+    ("ConvertWithoutSync", PlantedBug::ConvertWithoutSync),
+    ("PausedAfterConversion", PlantedBug::PausedAfterConversion),
     ("ServesBeforeCatchingUp", PlantedBug::ServesBeforeCatchingUp),
     ("TransferFileUnchecked", PlantedBug::TransferFileUnchecked),
 ];

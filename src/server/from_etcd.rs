@@ -99,6 +99,10 @@ pub(super) fn convert_if_etcd(config: &Config) -> Result<(), ServerError> {
         learners = converted.learners,
         "converted etcd's data dir in place; etcd's files under member/ are unchanged"
     );
+    #[cfg(feature = "planted-bugs")]
+    if crate::planted::is_planted(crate::planted::PlantedBug::PausedAfterConversion) {
+        std::thread::sleep(crate::planted::CONVERSION_PAUSE);
+    }
     Ok(())
 }
 

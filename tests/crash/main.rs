@@ -17,6 +17,7 @@ mod support;
 mod disks;
 mod during;
 mod first_files;
+mod from_etcd;
 mod planted;
 mod power;
 mod reads;

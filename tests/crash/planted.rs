@@ -13,7 +13,7 @@ use std::pin::Pin;
 use crate::disks::{self, Role};
 use crate::harness::Target;
 use crate::rig::{self, Server};
-use crate::{first_files, power, reads, restore, snapshot_files};
+use crate::{first_files, from_etcd, power, reads, restore, snapshot_files};
 
 type Scenario = fn(Server) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -39,6 +39,13 @@ const CASES: &[Case] = &[
                 into place",
         scenario: "a power loss right after a restore",
         run: |server| Box::pin(restore::restored_keys_survive(server)),
+    },
+    Case {
+        bug: "ConvertWithoutSync",
+        guard: "a member converting etcd's data dir syncs the store it built before it \
+                renames member.json (the conversion's commit point) into place",
+        scenario: "a power loss right after a member converted etcd's data dir",
+        run: |server| Box::pin(from_etcd::converted_keys_survive(server)),
     },
     Case {
         bug: "ServesBeforeCatchingUp",

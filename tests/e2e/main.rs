@@ -65,6 +65,7 @@ mod range_stream;
 mod release_data_dirs;
 mod request_limits;
 mod revisions;
+mod rolling_upgrade;
 mod snapshot;
 mod snapshot_install;
 mod snapshot_save;

@@ -312,6 +312,12 @@ impl Cluster {
         self.binary = target.require_binary();
     }
 
+    /// Runs `binary` for every member started from now on (a rolling upgrade restarts
+    /// members one at a time after this).
+    pub fn set_binary(&mut self, binary: impl Into<PathBuf>) {
+        self.binary = binary.into();
+    }
+
     /// Kills member `i` with SIGKILL and reaps it.
     pub fn kill9(&mut self, i: usize) {
         if let Some(mut child) = self.members[i].child.take() {
