@@ -97,10 +97,22 @@ pub const MEMBER_ID_METADATA: &str = "x-quantykube-member-id";
 /// another id. A replacement started on a removed member's URL is such a process.
 pub const TARGET_ID_METADATA: &str = "x-quantykube-target-id";
 
+/// The version of the peer protocol this build speaks: these services, their messages
+/// and their metadata. v0.1.0 spoke 1 and stamped no version. A change that a member of
+/// the previous release could not take raises it (CHANGELOG.md names each release's),
+/// and a member answers only the versions from [`OLDEST_PEER_PROTOCOL`] to this one,
+/// refusing the others by name, so that nothing is ever misread across releases.
+pub const PEER_PROTOCOL: u32 = 1;
+/// The oldest peer protocol this build still answers.
+pub const OLDEST_PEER_PROTOCOL: u32 = 1;
+/// Metadata naming the sender's peer protocol on every peer request; a request without
+/// it is protocol 1 (v0.1.0's).
+pub const PEER_PROTOCOL_METADATA: &str = "x-quantykube-peer-protocol";
+
 type Ascii = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;
 
-/// Stamps the sender's cluster id and member id, and the target's member id, on each
-/// request of a channel.
+/// Stamps the peer protocol, the sender's cluster id and member id, and the target's
+/// member id, on each request of a channel.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterStamp {
     sender: Option<(Ascii, Ascii)>,
@@ -127,6 +139,7 @@ impl tonic::service::Interceptor for ClusterStamp {
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
         let metadata = request.metadata_mut();
+        metadata.insert(PEER_PROTOCOL_METADATA, Ascii::from(PEER_PROTOCOL));
         if let Some((cluster, member)) = &self.sender {
             metadata.insert(CLUSTER_ID_METADATA, cluster.clone());
             metadata.insert(MEMBER_ID_METADATA, member.clone());

@@ -27,6 +27,10 @@ pub const CLUSTER_ID_MISMATCH: &str = "cluster ID mismatch";
 /// URL is not (or no longer) the member the sender dialled it as.
 pub const MEMBER_ID_MISMATCH: &str = "member ID mismatch";
 
+/// How a peer refuses a request in a peer protocol it does not speak (see
+/// [`crate::channels::PEER_PROTOCOL`]).
+pub const PEER_PROTOCOL_MISMATCH: &str = "peer protocol mismatch";
+
 /// Shared by one member's peer server and peer network. Cheap to read.
 #[derive(Debug)]
 pub struct ClusterGuard {

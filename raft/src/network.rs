@@ -35,7 +35,9 @@ use tonic::{Code, Status, Streaming};
 
 use crate::channels::{Lane, PeerChannels, PeerRpc, PooledChannel};
 use crate::codec;
-use crate::guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_ID_MISMATCH, MEMBER_REMOVED};
+use crate::guard::{
+    ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_ID_MISMATCH, MEMBER_REMOVED, PEER_PROTOCOL_MISMATCH,
+};
 use crate::metrics::PeerMetrics;
 use crate::pb;
 use crate::types::{Member, NodeId, Snapshot, SnapshotFile, TypeConfig, Vote};
@@ -159,6 +161,7 @@ impl PeerConnection {
             self.guard.note_removed_by_peer();
         } else if status.message().starts_with(CLUSTER_ID_MISMATCH)
             || status.message().starts_with(MEMBER_ID_MISMATCH)
+            || status.message().starts_with(PEER_PROTOCOL_MISMATCH)
         {
             tracing::warn!(
                 target_id = %format!("{:x}", self.target),

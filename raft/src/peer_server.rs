@@ -33,8 +33,11 @@ use openraft::async_runtime::WatchReceiver;
 
 use crate::channels::MAX_PEER_MESSAGE_BYTES;
 use crate::channels::{CLUSTER_ID_METADATA, MEMBER_ID_METADATA, TARGET_ID_METADATA};
+use crate::channels::{OLDEST_PEER_PROTOCOL, PEER_PROTOCOL, PEER_PROTOCOL_METADATA};
 use crate::codec;
-use crate::guard::{ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_ID_MISMATCH, MEMBER_REMOVED};
+use crate::guard::{
+    ClusterGuard, CLUSTER_ID_MISMATCH, MEMBER_ID_MISMATCH, MEMBER_REMOVED, PEER_PROTOCOL_MISMATCH,
+};
 use crate::pb;
 use crate::pb::peer_server::{Peer, PeerServer};
 use crate::propose_stream::{self, OutcomeStream};
@@ -392,6 +395,7 @@ pub fn admit_member_request<T>(guard: &ClusterGuard, request: &Request<T>) -> Re
 /// the new member, and apply its own removal).
 fn same_cluster<T>(guard: &ClusterGuard, request: &Request<T>) -> Result<(), Status> {
     let metadata = request.metadata();
+    refuse_unknown_protocol(metadata.get(PEER_PROTOCOL_METADATA))?;
     refuse_unless_matches(
         metadata.get(CLUSTER_ID_METADATA),
         guard.cluster_id(),
@@ -404,6 +408,26 @@ fn same_cluster<T>(guard: &ClusterGuard, request: &Request<T>) -> Result<(), Sta
         MEMBER_ID_MISMATCH,
         "requested",
     )
+}
+
+/// A request in a peer protocol this build does not speak (a newer release's, or one too
+/// old) is refused, naming both, before anything reads it.
+fn refuse_unknown_protocol(sent: Option<&MetadataValue<Ascii>>) -> Result<(), Status> {
+    let sent = match sent {
+        None => 1,
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|text| text.parse::<u32>().ok())
+            .unwrap_or(u32::MAX),
+    };
+    if (OLDEST_PEER_PROTOCOL..=PEER_PROTOCOL).contains(&sent) {
+        return Ok(());
+    }
+    Err(Status::failed_precondition(format!(
+        "{PEER_PROTOCOL_MISMATCH}: this member speaks {OLDEST_PEER_PROTOCOL} to {PEER_PROTOCOL}, \
+         the sender {sent}; run every member with releases that share one"
+    )))
 }
 
 /// A removed member that has not learned of its removal may still forward its
@@ -632,6 +656,38 @@ impl Drop for StagedFile {
             Err(e) => {
                 tracing::warn!(path = %self.path.display(), error = %e, "could not remove staged snapshot")
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod protocol_tests {
+    use super::*;
+
+    fn request(protocol: Option<&'static str>) -> Request<()> {
+        let mut request = Request::new(());
+        if let Some(protocol) = protocol {
+            request
+                .metadata_mut()
+                .insert(PEER_PROTOCOL_METADATA, MetadataValue::from_static(protocol));
+        }
+        request
+    }
+
+    #[test]
+    fn only_the_peer_protocols_this_build_speaks_are_answered() {
+        let guard = ClusterGuard::new(1, 7);
+        // v0.1.0 stamped no version: protocol 1.
+        assert!(same_cluster(&guard, &request(None)).is_ok());
+        assert!(same_cluster(&guard, &request(Some("1"))).is_ok());
+        for refused in ["2", "0", "one"] {
+            let status = same_cluster(&guard, &request(Some(refused))).expect_err(refused);
+            assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{refused}");
+            assert!(
+                status.message().starts_with(PEER_PROTOCOL_MISMATCH),
+                "{refused}: {}",
+                status.message()
+            );
         }
     }
 }

@@ -51,8 +51,8 @@ pub enum ServerError {
     /// An etcd member's data dir could not be converted (`from_etcd`).
     #[error("{0}")]
     FromEtcd(#[from] crate::backup::BackupError),
-    /// `--auth-token`'s keys cannot be used.
-    #[error("auth: {0}")]
+    /// `--auth-token`'s keys cannot be used (the text starts with etcd's `auth: `).
+    #[error("{0}")]
     Auth(String),
 }
 
