@@ -26,6 +26,12 @@ use crate::store::LeaseRecord;
 
 /// How often the lessor looks at its timers.
 const TICK: Duration = Duration::from_millis(250);
+/// etcd's shortest lease TTL: one and a half election timeouts, in whole seconds. A
+/// grant asking for less gets this.
+pub fn min_ttl(election_timeout: Duration) -> i64 {
+    (election_timeout.as_secs_f64() * 1.5).ceil() as i64
+}
+
 /// etcd's rate limit on revoking expired leases.
 pub const REVOKES_PER_SECOND: usize = 1000;
 /// Leases per checkpoint command.

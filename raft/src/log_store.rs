@@ -195,9 +195,7 @@ impl LogStore {
                 codec::encode("committed log id", &committed)?,
             );
         }
-        let mut opts = WriteOptions::default();
-        opts.set_sync(true);
-        self.db.write_opt(batch, &opts).map_err(rocks_err)?;
+        self.write_synced(batch)?;
         let mut tail = self.tail();
         tail.truncate_from(from);
         if let Some(entry) = entry {
@@ -248,6 +246,11 @@ impl LogStore {
             codec::encode("committed log id", &Some(*applied))?,
         );
         batch.put_cf(state_cf, KEY_VOTE, codec::encode("vote", vote)?);
+        self.write_synced(batch)
+    }
+
+    /// One synced write, before raft starts (raft's own writes go through the writer).
+    fn write_synced(&self, batch: WriteBatch) -> Result<(), io::Error> {
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
         self.db.write_opt(batch, &opts).map_err(rocks_err)

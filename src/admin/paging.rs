@@ -55,7 +55,7 @@ pub fn start_after(token: &str) -> Result<Option<String>, AdminError> {
 }
 
 fn checksum(bytes: &[u8]) -> u32 {
-    crc::Crc::<u32>::new(&crc::CRC_32_ISCSI).checksum(bytes)
+    crate::store::CASTAGNOLI.checksum(bytes)
 }
 
 /// One page of `items` (sorted by name), and the token for the next page: empty when

@@ -69,9 +69,8 @@ impl LeaseService {
         }
     }
 
-    /// etcd's shortest TTL: one and a half election timeouts, in whole seconds.
     fn min_ttl(&self) -> i64 {
-        (self.node.election_timeout().as_secs_f64() * 1.5).ceil() as i64
+        crate::lessor::min_ttl(self.node.election_timeout())
     }
 
     /// A positive id unique to this member: its id's low 16 bits over a counter.

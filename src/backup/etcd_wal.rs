@@ -149,9 +149,8 @@ fn corrupt(path: &Path, offset: u64, what: impl std::fmt::Display) -> BackupErro
 
 /// CRC-32C continued from `previous`, as Go's `crc32.Update` does.
 fn crc32c_update(previous: u32, data: &[u8]) -> u32 {
-    const CASTAGNOLI: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
     // The crate reflects the initial register; Go's finalized value is its inverse.
-    let mut digest = CASTAGNOLI.digest_with_initial((!previous).reverse_bits());
+    let mut digest = crate::store::CASTAGNOLI.digest_with_initial((!previous).reverse_bits());
     digest.update(data);
     digest.finalize()
 }

@@ -83,9 +83,7 @@ pub struct Status {
 /// etcd's `snapshot status`: a CRC-32C over every bucket's name and entries, the last
 /// revision in the `key` bucket, the number of entries and the database's size.
 pub fn status(db: &Database) -> Result<Status, BackupError> {
-    use crc::{Crc, CRC_32_ISCSI};
-    const CASTAGNOLI: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);
-    let mut digest = CASTAGNOLI.digest();
+    let mut digest = crate::store::CASTAGNOLI.digest();
     let mut status = Status {
         hash: 0,
         revision: 0,

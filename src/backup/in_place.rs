@@ -117,12 +117,11 @@ pub fn convert(
             "its commit index {end} is past the WAL's last entry {last}"
         )));
     }
-    let term_at = |index: u64| {
-        wal.term_at(index)
-            .or_else(|| snap.as_ref().filter(|s| s.index == index).map(|s| s.term))
-            .ok_or_else(|| refuse(format!("no term for index {index} in the WAL")))
-    };
-    let applied = etcd_log_id(term_at(end)?, end);
+    let applied_term = wal
+        .term_at(end)
+        .or_else(|| snap.as_ref().filter(|s| s.index == end).map(|s| s.term))
+        .ok_or_else(|| refuse(format!("no term for index {end} in the WAL")))?;
+    let applied = etcd_log_id(applied_term, end);
     if since > end {
         return Err(refuse(format!(
             "its newest snapshot ({since}) is past its commit index {end}"
@@ -466,12 +465,8 @@ fn members_through(
         .map(|id| (*id, known.member(*id, None, None)))
         .collect();
     let since = snap.map_or(0, |snap| snap.index);
-    // (A BTreeMap range must not start after its end.)
-    let changes = match since < end {
-        true => wal.entries.range(since + 1..=end),
-        false => wal.entries.range(0..0),
-    };
-    for (index, entry) in changes {
+    let changes = wal.entries.range(since + 1..);
+    for (index, entry) in changes.take_while(|(index, _)| **index <= end) {
         if entry.kind != etcd_wal::ENTRY_CONF_CHANGE {
             continue;
         }

@@ -59,7 +59,7 @@ pub(super) fn convert_if_etcd(config: &Config) -> Result<(), ServerError> {
         .collect();
     let conversion = Conversion {
         replay: Replay {
-            min_lease_ttl: (config.election_timeout.as_secs_f64() * 1.5).ceil() as i64,
+            min_lease_ttl: crate::lessor::min_ttl(config.election_timeout),
             bcrypt_cost: config.auth.bcrypt_cost,
         },
         named_peers: &named_peers,

@@ -19,8 +19,10 @@ use super::meta::Revisions;
 use super::range::Reader;
 use super::{RevisionStore, StoreError, CF_KV, CF_LATEST, CF_LEASE};
 
-/// CRC-32C, the checksum etcd's hashes use.
-const CASTAGNOLI: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);
+/// CRC-32C (Castagnoli): the checksum of etcd's hashes, WAL and snapshot files, and of
+/// our transfer files' trailers and the admin API's page tokens. One table, built at
+/// compile time.
+pub static CASTAGNOLI: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);
 
 /// What `HashKV` answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -40,7 +40,7 @@ mod write;
 pub use alarm::{alarm_name, alarm_text, quota_cost};
 pub use auth::AuthRecords;
 pub use compaction::{run as run_physical_compaction, CompactionPass};
-pub use hash::KvHash;
+pub use hash::{KvHash, CASTAGNOLI};
 pub use latest::run as run_latest_upkeep;
 
 use std::sync::Arc;

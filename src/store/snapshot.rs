@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use quantykube_raft::{durable, SnapshotMeta};
 use rocksdb::{IteratorMode, WriteBatch};
 
+use super::hash::CASTAGNOLI;
 use super::{meta, RevisionStore, StoreError, CF_HISTORY, CF_KV, CF_LATEST, CF_LEASE, CF_META};
 
 /// A snapshot install between [`RevisionStore::begin_install`] and
@@ -45,7 +46,6 @@ const MAGIC_UNCHECKED: &[u8; 8] = b"QKSNAP01";
 const END: u8 = 0xFF;
 /// The trailer: the length of what precedes it (u64) and its CRC-32C (u32), big-endian.
 const TRAILER_BYTES: u64 = 12;
-static CASTAGNOLI: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
 /// Column families carried, by their record tag (the tag is the index; new families go
 /// last, so that files written before them still read).
 const CARRIED: [&str; 5] = [CF_KV, CF_HISTORY, CF_META, CF_LATEST, CF_LEASE];

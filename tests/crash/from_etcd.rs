@@ -9,10 +9,9 @@ use etcd_client::GetOptions;
 use quantykube_crashfs::Torn;
 
 use crate::first_files::commit_metadata;
-use crate::harness::{restore_command, run, ClusterOptions, Target};
+use crate::harness::{restore_command, run, Target};
+use crate::restore::{saved_keys, KEYS};
 use crate::rig::{self, Rig, Server};
-
-const KEYS: usize = 500;
 
 /// Every `converted/` key member 0 serves: (how many, the revision answered).
 async fn served(rig: &Rig) -> (usize, i64) {
@@ -22,7 +21,7 @@ async fn served(rig: &Rig) -> (usize, i64) {
         .await
         .expect("read the converted keys");
     for (i, kv) in got.kvs().iter().enumerate() {
-        assert_eq!(kv.value_str().ok(), Some(format!("value-{i:03}").as_str()));
+        assert_eq!(kv.value_str().ok(), Some(format!("value-{i}").as_str()));
     }
     (
         got.kvs().len(),
@@ -56,23 +55,7 @@ pub async fn converted_keys_survive(server: Server) {
     if rig::unavailable().is_some() {
         return;
     }
-    let source = ClusterOptions::new(1).target(Target::Etcd).start().await;
-    let mut client = source.client(0).await;
-    let mut revision = 0;
-    for i in 0..KEYS {
-        let put = client
-            .put(format!("converted/{i:03}"), format!("value-{i:03}"), None)
-            .await
-            .expect("put");
-        revision = put.header().map(|h| h.revision()).unwrap_or_default();
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("backup.db");
-    source
-        .etcdctl_on(0, &["snapshot", "save", &file.to_string_lossy()])
-        .await
-        .assert_success();
-    drop(source);
+    let (_dir, file, revision) = saved_keys(Target::Etcd, "converted/").await;
 
     // The cut comes in the pause after the conversion; the member then starts as
     // shipped (or with the bug alone).

@@ -6,10 +6,35 @@ use etcd_client::GetOptions;
 use quantykube_crashfs::Torn;
 
 use crate::first_files::commit_metadata;
-use crate::harness::{run, Cluster, Target};
+use std::path::PathBuf;
+
+use crate::harness::{run, ClusterOptions, Target};
 use crate::rig::{self, Rig, Server};
 
-const KEYS: usize = 500;
+pub const KEYS: usize = 500;
+
+/// A snapshot file `etcdctl snapshot save` took of a one-member cluster of `source`
+/// holding [`KEYS`] keys `<prefix><i:03>` = `value-<i>`: its directory (removed when
+/// dropped), its path and the revision of the last put.
+pub async fn saved_keys(source: Target, prefix: &str) -> (tempfile::TempDir, PathBuf, i64) {
+    let cluster = ClusterOptions::new(1).target(source).start().await;
+    let mut client = cluster.client(0).await;
+    let mut revision = 0;
+    for i in 0..KEYS {
+        let put = client
+            .put(format!("{prefix}{i:03}"), format!("value-{i}"), None)
+            .await
+            .expect("put");
+        revision = put.header().map(|h| h.revision()).unwrap_or_default();
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("backup.db");
+    cluster
+        .etcdctl_on(0, &["snapshot", "save", &file.to_string_lossy()])
+        .await
+        .assert_success();
+    (dir, file, revision)
+}
 
 /// Restores a snapshot of [`KEYS`] keys onto a crash filesystem, cuts the power (after
 /// the filesystem committed its metadata, as ext4's journal does, if
@@ -22,23 +47,7 @@ async fn restore_then_power_loss(
     if rig::unavailable().is_some() {
         return None;
     }
-    let source = Cluster::start(1).await;
-    let mut client = source.client(0).await;
-    let mut revision = 0;
-    for i in 0..KEYS {
-        let put = client
-            .put(format!("restored/{i:03}"), format!("value-{i}"), None)
-            .await
-            .expect("put");
-        revision = put.header().map(|h| h.revision()).unwrap_or_default();
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("backup.db");
-    source
-        .etcdctl_on(0, &["snapshot", "save", &file.to_string_lossy()])
-        .await
-        .assert_success();
-    drop(source);
+    let (_dir, file, revision) = saved_keys(Target::from_env(), "restored/").await;
 
     let mut rig = Rig::start(1, server, |o| o.unstarted()).await?;
     run(server.restore(&file, &rig.cluster.member_spec(0)));

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 use etcd_client::{Client, ConnectOptions, Permission};
 
-use crate::harness::{restore_command, run, Cluster, ClusterOptions, Target};
+use crate::harness::{current_revision, restore_command, run, Cluster, ClusterOptions, Target};
+use crate::membership::{listing, Listed};
 use crate::snapshot::{observe, write_history, History, Reading};
 
 /// etcd's snapshot every this many entries, its backend committed only then.
@@ -49,7 +50,7 @@ struct Seen {
     hash: (u32, i64),
     users: Vec<String>,
     roles: Vec<(String, Permissions)>,
-    members: Vec<(u64, String, Vec<String>, Vec<String>)>,
+    members: Vec<Listed>,
 }
 
 async fn see(client: &mut Client, history: &History) -> Seen {
@@ -77,22 +78,7 @@ async fn see(client: &mut Client, history: &History) -> Seen {
             .collect();
         roles.push((role, permissions));
     }
-    let mut members: Vec<_> = client
-        .member_list()
-        .await
-        .expect("member list")
-        .members()
-        .iter()
-        .map(|m| {
-            (
-                m.id(),
-                m.name().to_owned(),
-                m.peer_urls().to_vec(),
-                m.client_urls().to_vec(),
-            )
-        })
-        .collect();
-    members.sort();
+    let members = listing(client.member_list().await.expect("member list").members());
     Seen {
         readings,
         leases,
@@ -178,8 +164,9 @@ async fn until_a_snapshot(client: &mut Client, data_dir: &Path) {
     panic!("etcd took no snapshot after {} entries", 2 * SNAPSHOT_COUNT);
 }
 
-/// Auth changes, a lease and writes that land after the last snapshot.
-async fn write_tail(client: &mut Client) -> i64 {
+/// Auth changes, a lease and writes that land after the last snapshot: `history` with
+/// them.
+async fn write_tail(client: &mut Client, history: History) -> History {
     client.role_add("reader").await.expect("role add");
     client
         .role_grant_permission("reader", Permission::read("a"))
@@ -211,7 +198,13 @@ async fn write_tail(client: &mut Client) -> i64 {
         .await
         .expect("put");
     client.delete("filler/000", None).await.expect("delete");
-    tail_lease
+    let mut leases = history.leases;
+    leases.push((tail_lease, 700, vec![b"tail/leased".to_vec()]));
+    History {
+        current: current_revision(client).await,
+        leases,
+        ..history
+    }
 }
 
 /// etcd's files in a data dir, byte for byte (the WAL's preallocated zeros aside).
@@ -265,22 +258,7 @@ async fn an_etcd_3_4_member_killed_with_a_wal_tail_is_served_in_place() {
     let mut client = cluster.client(0).await;
     let history = write_history(&mut client).await;
     until_a_snapshot(&mut client, &data_dir).await;
-    let tail_lease = write_tail(&mut client).await;
-    let history = History {
-        current: client
-            .get("a", None)
-            .await
-            .expect("get")
-            .header()
-            .expect("header")
-            .revision(),
-        leases: {
-            let mut leases = history.leases;
-            leases.push((tail_lease, 700, vec![b"tail/leased".to_vec()]));
-            leases
-        },
-        ..history
-    };
+    let history = write_tail(&mut client, history).await;
     let expected = see(&mut client, &history).await;
     drop(client);
     cluster.kill9(0);
@@ -362,22 +340,7 @@ async fn three_etcd_3_4_members_stopped_move_in_place_one_by_one() {
         .await;
     let mut client = cluster.client(0).await;
     let history = write_history(&mut client).await;
-    let tail_lease = write_tail(&mut client).await;
-    let history = History {
-        current: client
-            .get("a", None)
-            .await
-            .expect("get")
-            .header()
-            .expect("header")
-            .revision(),
-        leases: {
-            let mut leases = history.leases;
-            leases.push((tail_lease, 700, vec![b"tail/leased".to_vec()]));
-            leases
-        },
-        ..history
-    };
+    let history = write_tail(&mut client, history).await;
     let expected = see(&mut client, &history).await;
     drop(client);
     // As an operator stops them: one at a time, each handing leadership on.

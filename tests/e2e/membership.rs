@@ -23,10 +23,10 @@ use crate::membership_support::*;
 // ---------------------------------------------------------------------------------
 
 /// A member as MemberList shows it: (id, name, peer URLs, client URLs, learner).
-type Listed = (u64, String, Vec<String>, Vec<String>, bool);
+pub(crate) type Listed = (u64, String, Vec<String>, Vec<String>, bool);
 
 /// The member list as comparable rows, sorted by ID.
-fn listing(members: &[Member]) -> Vec<Listed> {
+pub(crate) fn listing(members: &[Member]) -> Vec<Listed> {
     let mut rows: Vec<_> = members
         .iter()
         .map(|m| {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions, WatchOptions};
 
-use crate::harness::{http_get, run, Cluster, ClusterOptions, Target};
+use crate::harness::{current_revision, http_get, run, Cluster, ClusterOptions, Target};
 
 /// The previous release's tag and binary, as `build-previous-release.sh` leaves it.
 fn previous_release() -> (String, PathBuf) {
@@ -305,17 +305,7 @@ async fn three_members_roll_up_to_this_build_and_back_under_load() {
     writing.await.expect("writer");
     keeping.await.expect("keeper");
     let mut client = cluster.client(1).await;
-    let current_revision = client
-        .get(
-            "load/",
-            Some(GetOptions::new().with_prefix().with_count_only()),
-        )
-        .await
-        .expect("count")
-        .header()
-        .expect("header")
-        .revision();
-    until.store(current_revision, Ordering::Release);
+    until.store(current_revision(&mut client).await, Ordering::Release);
     let watched = watching.await.expect("watcher");
 
     let acked = std::mem::take(&mut *acked.lock().expect("acked"));

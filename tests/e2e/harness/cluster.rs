@@ -309,7 +309,7 @@ impl Cluster {
     /// flags and data dirs (etcd's members moved to QuantyKube in place, say).
     pub fn switch_target(&mut self, target: Target) {
         self.target = target;
-        self.binary = target.require_binary();
+        self.set_binary(target.require_binary());
     }
 
     /// Runs `binary` for every member started from now on (a rolling upgrade restarts
